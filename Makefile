@@ -1,0 +1,48 @@
+# rtr-serve developer entry points. `make run` and `make test` are the README quick start.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+LISTEN ?= 127.0.0.1:8323
+EXAMPLE ?= examples/rpki-client-example.json
+
+.PHONY: run test lint typecheck imports unit interop bench clean venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@if ! $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null; then \
+	  echo "python3-venv is missing; installing it (Debian)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[test,dev,duckdb]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/rtr-serve --source $(EXAMPLE) --listen $(LISTEN) --notify-interval 5
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy
+
+imports: $(STAMP)
+	$(VENV)/bin/lint-imports
+
+unit: $(STAMP)
+	$(VENV)/bin/pytest -q tests
+
+test: lint typecheck imports unit
+
+interop: $(STAMP)
+	$(VENV)/bin/pytest -q -m interop interop-tests
+
+bench: $(STAMP)
+	$(PY) bench/snapshot_bench.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Persistence of published state (SQLite, DuckDB); memory-only by default."""

@@ -1,0 +1,33 @@
+"""Pure data model of rtr-serve: payload values, snapshots, deltas, serials, publishing.
+
+Standard library only, no I/O and no clock reads. Start with `snapshot.model` (values and the
+packed key layout), then `snapshot.snapshot`, `snapshot.delta`, `snapshot.difflog` and
+`snapshot.publisher`.
+"""
+
+from snapshot.delta import EMPTY_DELTA, AspaChange, Delta, apply, compose, compute_delta
+from snapshot.difflog import DiffLog
+from snapshot.model import Aspa, PayloadError, RouterKey, Vrp
+from snapshot.publisher import PublishedState, Publisher, SessionIds
+from snapshot.serial import Serial
+from snapshot.snapshot import Snapshot, SnapshotBuilder
+
+__all__ = [
+    "EMPTY_DELTA",
+    "Aspa",
+    "AspaChange",
+    "Delta",
+    "DiffLog",
+    "PayloadError",
+    "PublishedState",
+    "Publisher",
+    "RouterKey",
+    "Serial",
+    "SessionIds",
+    "Snapshot",
+    "SnapshotBuilder",
+    "Vrp",
+    "apply",
+    "compose",
+    "compute_delta",
+]

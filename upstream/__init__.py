@@ -1,0 +1,1 @@
+"""Upstream sources (JSON files, HTTP, RTR caches) that produce complete snapshots."""
