@@ -1,29 +1,299 @@
-"""The ``rtr-serve`` command line: arguments to settings to a running server."""
+"""The ``rtr-serve`` command line: arguments to `AppConfig`, logging, signals, the event loop.
+
+Bad arguments exit with status 2 and one line saying what is wrong, before any file or network
+is touched. SIGTERM and SIGINT stop the server cleanly (v2 routers are told Cache Restart, or
+Cache Shutdown with ``--shutdown-notice shutdown``) and the process exits 0.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import NoReturn
+
+import anyio
 
 from rtr_server import __version__
+from rtr_server.app import AppConfig, run_app, source_paths
+from rtr_server.protocol import MAX_VERSION, Timers
+from rtr_server.settings import ServerSettings, ShutdownNotice, parse_listen
+
+log = logging.getLogger("rtr_server")
+
+DESCRIPTION = """\
+RPKI-to-Router (RTR) cache server. Reads validated RPKI payload (VRPs, ASPAs, BGPsec router
+keys) from JSON exports of rpki-client, Routinator or StayRTR and serves it to routers over
+RTR version 0 (RFC 6810), 1 (RFC 8210) and 2 (draft-ietf-sidrops-8210bis, with ASPA).
+"""
+
+EPILOG = """\
+examples:
+  rtr-serve --source /var/lib/rpki-client/json --listen 127.0.0.1:8323
+  rtr-serve --source a.json --source b.json.bz2 --listen [::]:323 --listen 0.0.0.0:323
+  rtr-serve --source old-export.json.bz2 --reference-time 2025-07-20T09:31:33Z
+
+Several --source files are merged (union). A source file that does not exist yet is waited
+for; routers get "No Data Available" until the first data is loaded. An invalid update is
+rejected with the reason and the previous data keeps serving.
+"""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def _time(text: str) -> float:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return moment.timestamp()
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rtr-serve``."""
-    parser = argparse.ArgumentParser(
+    p = _Parser(
         prog="rtr-serve",
-        description="RPKI-to-Router (RTR) cache server for RFC 6810, RFC 8210 and 8210bis.",
+        description=DESCRIPTION,
+        epilog=EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"rtr-serve {__version__}")
-    return parser
+    p.add_argument("--version", action="version", version=f"rtr-serve {__version__}")
+    src = p.add_argument_group("sources")
+    src.add_argument(
+        "--source",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="JSON export to serve (plain, .gz, .bz2 or .xz); repeat to merge several",
+    )
+    src.add_argument(
+        "--poll-interval",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="seconds between checks of each source for changes (default 10)",
+    )
+    src.add_argument(
+        "--reference-time",
+        type=_time,
+        metavar="ISO8601",
+        help="evaluate entry expiry at this fixed UTC time instead of now (for old exports)",
+    )
+    src.add_argument(
+        "--max-aspa-providers",
+        type=_positive_int,
+        default=10_000,
+        metavar="N",
+        help="reject exports with an ASPA of more than N providers (default 10000, max 16380)",
+    )
+    rtr = p.add_argument_group("RTR service")
+    rtr.add_argument(
+        "--listen",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="address to serve routers on; repeat for several; [ADDR]:PORT for IPv6 "
+        "(default 127.0.0.1:8323)",
+    )
+    rtr.add_argument(
+        "--notify-interval",
+        type=_non_negative_float,
+        default=60.0,
+        metavar="S",
+        help="at most one Serial Notify round per S seconds (default 60, as RFC 8210 asks; "
+        "0 for labs)",
+    )
+    rtr.add_argument(
+        "--history",
+        type=_non_negative_int,
+        default=10,
+        metavar="N",
+        help="serials kept for incremental Serial Query answers (default 10)",
+    )
+    rtr.add_argument(
+        "--refresh",
+        type=int,
+        default=3600,
+        metavar="S",
+        help="Refresh Interval sent in End of Data, 1..86400 (default 3600)",
+    )
+    rtr.add_argument(
+        "--retry",
+        type=int,
+        default=600,
+        metavar="S",
+        help="Retry Interval sent in End of Data, 1..7200 (default 600)",
+    )
+    rtr.add_argument(
+        "--expire",
+        type=int,
+        default=7200,
+        metavar="S",
+        help="Expire Interval sent in End of Data, 600..172800, above refresh and retry "
+        "(default 7200)",
+    )
+    rtr.add_argument(
+        "--max-version",
+        type=int,
+        choices=range(MAX_VERSION + 1),
+        default=MAX_VERSION,
+        metavar="V",
+        help=f"highest RTR version offered, 0..{MAX_VERSION} (default {MAX_VERSION})",
+    )
+    lim = p.add_argument_group("limits")
+    lim.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=4096,
+        metavar="N",
+        help="routers served at once; more are closed at accept (default 4096)",
+    )
+    lim.add_argument(
+        "--max-per-ip",
+        type=_positive_int,
+        default=256,
+        metavar="N",
+        help="connections per router address; more are closed at accept (default 256)",
+    )
+    lim.add_argument(
+        "--query-timeout",
+        type=_positive_float,
+        default=60.0,
+        metavar="S",
+        help="close a connection that sends no query within S seconds (default 60)",
+    )
+    lim.add_argument(
+        "--write-timeout",
+        type=_positive_float,
+        metavar="S",
+        help="drop a router that accepts no data for S seconds (default 3 x retry)",
+    )
+    lim.add_argument(
+        "--shutdown-notice",
+        choices=[n.value for n in ShutdownNotice],
+        default=ShutdownNotice.RESTART.value,
+        help="what v2 routers are told on SIGTERM: restart = Error 12 Cache Restart (keep "
+        "data), shutdown = Error 13 Cache Shutdown (flush) (default restart)",
+    )
+    run = p.add_argument_group("process")
+    run.add_argument(
+        "--log-level",
+        choices=["debug", "info", "warning", "error"],
+        default="info",
+        help="log verbosity (default info)",
+    )
+    run.add_argument(
+        "--async-backend",
+        choices=["asyncio", "trio"],
+        default="asyncio",
+        help="event loop to run on (default asyncio)",
+    )
+    return p
+
+
+def config_from_args(args: argparse.Namespace) -> AppConfig:
+    """Validate parsed arguments into an `AppConfig` (raises ValueError with a clear message)."""
+    timers = Timers(refresh=args.refresh, retry=args.retry, expire=args.expire)
+    if not 1 <= args.max_aspa_providers <= 16_380:
+        raise ValueError("--max-aspa-providers must be in 1..16380")
+    settings = ServerSettings(
+        listen=tuple(parse_listen(v) for v in (args.listen or ["127.0.0.1:8323"])),
+        timers=timers,
+        notify_interval=args.notify_interval,
+        max_version=args.max_version,
+        max_connections=args.max_connections,
+        max_per_ip=args.max_per_ip,
+        query_timeout=args.query_timeout,
+        write_timeout=args.write_timeout,
+        shutdown_notice=ShutdownNotice(args.shutdown_notice),
+    )
+    return AppConfig(
+        sources=source_paths(args.source),
+        server=settings,
+        poll_interval=args.poll_interval,
+        history=args.history,
+        reference_time=args.reference_time,
+        max_aspa_providers=args.max_aspa_providers,
+    )
+
+
+async def _serve(config: AppConfig) -> None:
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        await run_app(config)
+
+
+async def _stop_on_signal(scope: anyio.CancelScope) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        async for signum in signals:
+            log.info("received %s: shutting down", signal.Signals(signum).name)
+            scope.cancel()
+            return
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtr-serve`` console script."""
     parser = build_parser()
-    parser.parse_args(argv)
-    parser.print_help(sys.stdout)
+    args = parser.parse_args(argv)
+    try:
+        config = config_from_args(args)
+    except ValueError as exc:
+        parser.error(str(exc))
+    logging.basicConfig(
+        level=getattr(logging, args.log_level.upper()),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    log.info(
+        "rtr-serve %s starting on %s (%s)",
+        __version__,
+        ", ".join(str(a) for a in config.server.listen),
+        args.async_backend,
+    )
+    try:
+        anyio.run(_serve, config, backend=args.async_backend)
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:
+        log.error("cannot serve: %s", exc)
+        return 1
+    log.info("rtr-serve stopped")
     return 0
 
 

@@ -124,9 +124,7 @@ def compute_delta(old: Snapshot, new: Snapshot) -> Delta:
     )
 
 
-def _compose_sets(
-    a1: bytes, w1: bytes, a2: bytes, w2: bytes, width: int
-) -> tuple[bytes, bytes]:
+def _compose_sets(a1: bytes, w1: bytes, a2: bytes, w2: bytes, width: int) -> tuple[bytes, bytes]:
     if not (a1 or w1):
         return a2, w2
     if not (a2 or w2):

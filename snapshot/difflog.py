@@ -1,4 +1,4 @@
-"""`DiffLog`: the deltas from each of the last N serials to the current one, bounded in count and bytes.
+"""`DiffLog`: deltas from each of the last N serials to the current one, bounded in count and bytes.
 
 Immutable: `advance` returns a new log. Every entry is cumulative (it leads straight from its own
 serial to the current serial, as in rtrtr), so answering a Serial Query is one lookup. The log

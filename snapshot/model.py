@@ -57,11 +57,7 @@ def pack_v4(address: int, prefix_length: int, max_length: int, asn: int) -> byte
     if address & ((1 << (32 - prefix_length)) - 1):
         raise PayloadError("prefix", _v4_text(address, prefix_length), "host bits are set")
     check_asn(asn)
-    return (
-        address.to_bytes(4, "big")
-        + bytes((max_length, prefix_length))
-        + asn.to_bytes(4, "big")
-    )
+    return address.to_bytes(4, "big") + bytes((max_length, prefix_length)) + asn.to_bytes(4, "big")
 
 
 def pack_v6(address: int, prefix_length: int, max_length: int, asn: int) -> bytes:
@@ -73,11 +69,7 @@ def pack_v6(address: int, prefix_length: int, max_length: int, asn: int) -> byte
     if address & ((1 << (128 - prefix_length)) - 1):
         raise PayloadError("prefix", _v6_text(address, prefix_length), "host bits are set")
     check_asn(asn)
-    return (
-        address.to_bytes(16, "big")
-        + bytes((max_length, prefix_length))
-        + asn.to_bytes(4, "big")
-    )
+    return address.to_bytes(16, "big") + bytes((max_length, prefix_length)) + asn.to_bytes(4, "big")
 
 
 def _v4_text(address: int, prefix_length: int) -> str:
@@ -102,7 +94,7 @@ class Vrp:
 
     @classmethod
     def parse(cls, prefix: str, max_length: int | None, asn: int) -> Vrp:
-        """Build from text, e.g. ``Vrp.parse("192.0.2.0/24", 24, 64496)``; host bits are an error."""
+        """Build from text, e.g. ``Vrp.parse("192.0.2.0/24", 24, 64496)``; host bits are errors."""
         try:
             network = ipaddress.ip_network(prefix, strict=True)
         except ValueError as exc:
@@ -196,7 +188,9 @@ class RouterKey:
 
     def sort_key(self) -> bytes:
         """Bytes whose ascending order is the §11.2 order: SKI, SPKI length, SPKI, ASN."""
-        return self.ski + len(self.spki).to_bytes(2, "big") + self.spki + self.asn.to_bytes(4, "big")
+        return (
+            self.ski + len(self.spki).to_bytes(2, "big") + self.spki + self.asn.to_bytes(4, "big")
+        )
 
     def __str__(self) -> str:
         return f"SKI {self.ski.hex().upper()} AS{self.asn}"

@@ -1,4 +1,4 @@
-"""`PublishedState` (what routers are served) and `Publisher`, the pure rule for making the next one.
+"""`PublishedState` (what routers are served) and `Publisher`, the pure rule making the next one.
 
 A publish happens only when the content differs: the serial then advances by one (RFC 1982) and
 the delta enters the DiffLog. The caller swaps the returned state in with one assignment, so a
@@ -16,6 +16,7 @@ from snapshot.snapshot import Snapshot
 
 #: RTR protocol versions we keep a session id for (RFC 6810, RFC 8210, 8210bis).
 VERSIONS = (0, 1, 2)
+SERIAL_ZERO = Serial(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class Publisher:
         self,
         session_ids: SessionIds,
         *,
-        initial_serial: Serial = Serial(0),
+        initial_serial: Serial = SERIAL_ZERO,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:

@@ -1,0 +1,217 @@
+"""`RtrConnection`: the pump between one router's byte stream and its sans-IO `ServerSession`.
+
+The connection's task is the only writer on its stream. It reads while idle; a Serial Notify
+request from the server cancels that read (safe: unread bytes stay buffered) so the notify is
+written between responses, never inside one. Responses are shared encoded bytes written in
+``chunk_size`` slices; a router that accepts nothing for ``write_timeout`` is dropped (on v2
+after an Error 10 attempt), so it holds at most the socket buffers and a reference to shared
+bytes, and never slows anyone else.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, cast
+
+import anyio
+from anyio.abc import ByteStream
+
+from rtr_server.protocol import (
+    NEED_DATA,
+    Close,
+    ErrorCode,
+    Send,
+    SendDelta,
+    SendFull,
+    ServerSession,
+)
+from rtr_server.settings import ShutdownNotice
+
+if TYPE_CHECKING:
+    from rtr_server.server import RtrServer
+
+log = logging.getLogger(__name__)
+
+RECEIVE_SIZE = 65_536
+
+
+class WriteStalledError(Exception):
+    """Raised when the router accepts no bytes within the write timeout."""
+
+
+@dataclass(slots=True)
+class ConnectionStats:
+    """What one connection did; logged at close and summed by the server."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    reset_queries: int = 0
+    serial_queries: int = 0
+    notifies: int = 0
+    errors_sent: dict[int, int] = field(default_factory=dict)
+
+
+class RtrConnection:
+    """One router connection; `run` owns the stream and closes it on every path."""
+
+    __slots__ = (
+        "_notify_wanted",
+        "_receive_scope",
+        "close_reason",
+        "peer",
+        "server",
+        "session",
+        "stats",
+        "stream",
+    )
+
+    def __init__(self, stream: ByteStream, server: RtrServer, peer: str) -> None:
+        """Wrap an accepted stream; the connection closes it when `run` ends."""
+        self.stream = stream
+        self.server = server
+        self.peer = peer
+        settings = server.settings
+        self.session = ServerSession(
+            max_version=settings.max_version,
+            min_version=settings.min_version,
+            timers=settings.timers,
+        )
+        self.stats = ConnectionStats()
+        self.close_reason = "unknown"
+        self._notify_wanted = False
+        self._receive_scope: anyio.CancelScope | None = None
+
+    # ------------------------------------------------------------------ server side
+    def request_notify(self) -> None:
+        """Ask for a Serial Notify at the next point between responses."""
+        self._notify_wanted = True
+        scope = self._receive_scope
+        if scope is not None:
+            scope.cancel()
+
+    # ------------------------------------------------------------------ the pump
+    async def run(self) -> None:
+        """Serve the router until it leaves, misbehaves, stalls or we shut down."""
+        try:
+            await self._pump()
+        except _QueryTimeoutError:
+            self.close_reason = "no query within the query timeout"
+        except WriteStalledError:
+            self.close_reason = "write stalled"
+            await self._goodbye(ErrorCode.TRANSPORT_FAILURE, "write stalled")
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError) as exc:
+            self.close_reason = f"connection lost ({type(exc).__name__})"
+        except anyio.get_cancelled_exc_class():
+            self.close_reason = "server shutdown"
+            with anyio.CancelScope(shield=True):
+                if self.server.settings.shutdown_notice is ShutdownNotice.SHUTDOWN:
+                    await self._goodbye(ErrorCode.CACHE_SHUTDOWN, "cache shutting down")
+                else:
+                    await self._goodbye(ErrorCode.CACHE_RESTART, "cache restarting")
+            raise
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _pump(self) -> None:
+        session = self.session
+        server = self.server
+        query_deadline = anyio.current_time() + server.settings.query_timeout
+        while True:
+            action = session.next_action(server.state)
+            if action is NEED_DATA:
+                if self._notify_wanted:
+                    await self._maybe_notify()
+                deadline = query_deadline if session.version is None else math.inf
+                data = await self._receive(deadline)
+                if data is None:
+                    continue  # woken for a notify
+                self.stats.bytes_received += len(data)
+                session.receive_data(data)
+                continue
+            if isinstance(action, SendFull | SendDelta):
+                if isinstance(action, SendFull):
+                    self.stats.reset_queries += 1
+                    server.stats.reset_queries += 1
+                else:
+                    self.stats.serial_queries += 1
+                    server.stats.serial_queries += 1
+                chunks = await server.responses.response(action)
+                for chunk in chunks:
+                    await self._write(chunk)
+                session.response_sent()
+                server.response_sent(self, action)
+            elif isinstance(action, Send):
+                self._count_error(action.data)
+                await self._write(action.data)
+            elif isinstance(action, Close):
+                self.close_reason = action.reason
+                if action.data:
+                    self._count_error(action.data)
+                    await self._write(action.data)
+                return
+
+    async def _receive(self, deadline: float) -> bytes | None:
+        """Next chunk from the router, b"" at EOF, None when woken for a notify."""
+        with anyio.CancelScope(deadline=deadline) as scope:
+            self._receive_scope = scope
+            try:
+                if self._notify_wanted:
+                    scope.cancel()
+                return await self.stream.receive(RECEIVE_SIZE)
+            except anyio.EndOfStream:
+                return b""
+            finally:
+                self._receive_scope = None
+        if anyio.current_time() >= deadline:
+            raise _QueryTimeoutError
+        return None
+
+    async def _maybe_notify(self) -> None:
+        self._notify_wanted = False
+        state = self.server.state
+        if state is None or self.session.last_serial == state.serial:
+            return
+        data = self.session.serial_notify(state)
+        if data is not None:
+            self.stats.notifies += 1
+            self.server.stats.notifies += 1
+            await self._write(data)
+
+    async def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        size = self.server.settings.chunk_size
+        timeout = self.server.settings.effective_write_timeout
+        for offset in range(0, len(view), size):
+            piece = view[offset : offset + size]
+            with anyio.move_on_after(timeout) as scope:
+                # Slices of the shared bytes, not copies; every backend accepts buffers.
+                await self.stream.send(cast("bytes", piece))
+            if scope.cancelled_caught:
+                raise WriteStalledError
+            self.stats.bytes_sent += len(piece)
+            self.server.stats.bytes_sent += len(piece)
+
+    async def _goodbye(self, code: ErrorCode, text: str) -> None:
+        data = self.session.goodbye(code, text)
+        if not data:
+            return
+        with anyio.move_on_after(1.0):
+            try:
+                await self.stream.send(data)
+                self.stats.bytes_sent += len(data)
+            except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                pass
+
+    def _count_error(self, data: bytes) -> None:
+        # Octet 1 is the PDU type; Error Reports (10) carry their code in octets 2-3.
+        if len(data) >= 8 and data[1] == 10:
+            code = int.from_bytes(data[2:4], "big")
+            self.stats.errors_sent[code] = self.stats.errors_sent.get(code, 0) + 1
+            self.server.stats.errors_sent[code] = self.server.stats.errors_sent.get(code, 0) + 1
+
+
+class _QueryTimeoutError(Exception):
+    """No query arrived within the query timeout."""

@@ -1,0 +1,201 @@
+"""`RtrServer`: TCP listeners, one task per router connection, limits, Serial Notify, shutdown.
+
+The server holds the one current `PublishedState`; `publish` swaps it in with one assignment, so
+a response always comes from a single consistent state. Serial Notify goes to every negotiated,
+idle session at most once per ``notify_interval``; publishes inside the interval are announced
+together at its end. Connections over ``max_connections`` or ``max_per_ip`` are closed at
+accept and counted. Cancelling `serve` is the shutdown: v2 sessions get Cache Restart (or
+Cache Shutdown), every stream is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import socket
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import cast
+
+import anyio
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+
+from rtr_server.connection import RtrConnection
+from rtr_server.protocol import SendDelta, SendFull
+from rtr_server.responses import ResponseCache
+from rtr_server.settings import ServerSettings
+from snapshot.publisher import PublishedState
+
+log = logging.getLogger(__name__)
+
+ACCEPT_BACKOFF_MAX = 1.0
+
+
+@dataclass(slots=True)
+class ServerStats:
+    """Server-wide counters (exposed by the operations layer)."""
+
+    accepted: int = 0
+    rejected_max_connections: int = 0
+    rejected_max_per_ip: int = 0
+    accept_errors: int = 0
+    reset_queries: int = 0
+    serial_queries: int = 0
+    notifies: int = 0
+    notify_rounds: int = 0
+    bytes_sent: int = 0
+    errors_sent: dict[int, int] = field(default_factory=dict)
+    disconnects: Counter[str] = field(default_factory=Counter)
+
+
+class RtrServer:
+    """Serves the current `PublishedState` to routers over TCP."""
+
+    def __init__(self, settings: ServerSettings) -> None:
+        """Configure; no socket is opened until `serve`."""
+        self.settings = settings
+        self.state: PublishedState | None = None
+        self.responses = ResponseCache(settings.timers, settings.response_cache_bytes)
+        self.stats = ServerStats()
+        self.connections: set[RtrConnection] = set()
+        self._per_ip: Counter[str] = Counter()
+        self._published: anyio.Event | None = None
+        self.addresses: list[tuple[str, int]] = []
+
+    # ------------------------------------------------------------------ data
+    def publish(self, state: PublishedState) -> None:
+        """Make ``state`` current and schedule a Serial Notify round."""
+        self.state = state
+        self.responses.retain_serial(state.serial.value)
+        if self._published is not None:
+            self._published.set()
+
+    def response_sent(self, connection: RtrConnection, action: SendFull | SendDelta) -> None:
+        """Called by a connection after it wrote a full or delta response."""
+
+    # ------------------------------------------------------------------ serving
+    async def serve(
+        self, *, task_status: TaskStatus[list[tuple[str, int]]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen on every configured address until cancelled; reports the bound addresses."""
+        self._published = anyio.Event()
+        if self.state is not None:
+            self._published.set()
+        listeners: list[SocketListener] = []
+        try:
+            for address in self.settings.listen:
+                multi = await anyio.create_tcp_listener(
+                    local_host=address.host, local_port=address.port
+                )
+                listeners.extend(cast("list[SocketListener]", multi.listeners))
+        except BaseException:
+            for listener in listeners:
+                await listener.aclose()
+            raise
+        self.addresses = [
+            (
+                str(lst.extra(SocketAttribute.local_address)[0]),
+                lst.extra(SocketAttribute.local_port),
+            )
+            for lst in listeners
+        ]
+        for host, port in self.addresses:
+            log.info("listening for routers on %s port %d", host, port)
+        async with anyio.create_task_group() as tg:
+            for listener in listeners:
+                tg.start_soon(self._accept_loop, listener, tg)
+            tg.start_soon(self._notifier)
+            task_status.started(self.addresses)
+
+    async def _accept_loop(self, listener: SocketListener, tg: TaskGroup) -> None:
+        backoff = 0.01
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    # E.g. EMFILE: never let an accept error kill the listener.
+                    self.stats.accept_errors += 1
+                    log.error("accept failed: %s; retrying in %.2f s", exc, backoff)
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
+                    continue
+                backoff = 0.01
+                self._admit(stream, tg)
+
+    def _admit(self, stream: SocketStream, tg: TaskGroup) -> None:
+        try:
+            remote = stream.extra(SocketAttribute.remote_address)
+        except OSError:
+            remote = "?"
+        if isinstance(remote, tuple):
+            peer_ip, port = str(remote[0]), int(remote[1])
+        else:
+            peer_ip, port = str(remote), 0
+        peer = f"[{peer_ip}]:{port}" if ":" in peer_ip else f"{peer_ip}:{port}"
+        reason = None
+        if len(self.connections) >= self.settings.max_connections:
+            self.stats.rejected_max_connections += 1
+            reason = f"max-connections ({self.settings.max_connections}) reached"
+        elif self._per_ip[peer_ip] >= self.settings.max_per_ip:
+            self.stats.rejected_max_per_ip += 1
+            reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
+        if reason is not None:
+            log.warning("refused router %s: %s", peer, reason)
+            tg.start_soon(_close_quietly, stream)
+            return
+        try:
+            sock = stream.extra(SocketAttribute.raw_socket)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except (OSError, TypeError):
+            pass
+        self.stats.accepted += 1
+        connection = RtrConnection(stream, self, peer)
+        self.connections.add(connection)
+        self._per_ip[peer_ip] += 1
+        tg.start_soon(self._run_connection, connection, peer_ip)
+
+    async def _run_connection(self, connection: RtrConnection, peer_ip: str) -> None:
+        log.info("router %s connected", connection.peer)
+        try:
+            await connection.run()
+        finally:
+            self.connections.discard(connection)
+            self._per_ip[peer_ip] -= 1
+            if self._per_ip[peer_ip] <= 0:
+                del self._per_ip[peer_ip]
+            self.stats.disconnects[connection.close_reason] += 1
+            session = connection.session
+            stats = connection.stats
+            log.info(
+                "router %s closed: %s (version %s, session %s, serial %s, "
+                "%d reset + %d serial queries, %d notifies, %d bytes sent)",
+                connection.peer,
+                connection.close_reason,
+                session.version,
+                session.session_id,
+                session.last_serial,
+                stats.reset_queries,
+                stats.serial_queries,
+                stats.notifies,
+                stats.bytes_sent,
+            )
+
+    async def _notifier(self) -> None:
+        last_round = -math.inf
+        assert self._published is not None
+        while True:
+            await self._published.wait()
+            wait = last_round + self.settings.notify_interval - anyio.current_time()
+            if wait > 0:
+                await anyio.sleep(wait)
+            self._published = anyio.Event()
+            last_round = anyio.current_time()
+            self.stats.notify_rounds += 1
+            for connection in list(self.connections):
+                connection.request_notify()
+
+
+async def _close_quietly(stream: SocketStream) -> None:
+    with anyio.move_on_after(1.0, shield=True):
+        await stream.aclose()

@@ -1,0 +1,89 @@
+"""`ServerSettings`: every knob of the RTR listener side, validated once at start-up."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+from rtr_server.protocol.constants import MAX_VERSION, Timers
+
+
+class ShutdownNotice(enum.Enum):
+    """What v2 routers are told when rtr-serve stops (8210bis §12, codes 12 and 13)."""
+
+    #: Error 12, Cache Restart: keep the data, come back within Expire.
+    RESTART = "restart"
+    #: Error 13, Cache Shutdown: flush what you learned from us.
+    SHUTDOWN = "shutdown"
+
+
+@dataclass(frozen=True, slots=True)
+class ListenAddress:
+    """One TCP address to listen on."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_listen(text: str) -> ListenAddress:
+    """Parse ``HOST:PORT``, ``[V6]:PORT`` or ``:PORT`` (all addresses); raises ValueError."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not port_text.isdigit():
+        raise ValueError(f"listen address {text!r} is not HOST:PORT")
+    port = int(port_text)
+    if not 0 <= port <= 65535:
+        raise ValueError(f"listen port {port} outside 0..65535")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise ValueError(f"listen address {text!r}: write IPv6 addresses as [ADDR]:PORT")
+    return ListenAddress(host or "::", port)
+
+
+@dataclass(frozen=True, slots=True)
+class ServerSettings:
+    """Listener, protocol and resource settings of the RTR server."""
+
+    listen: tuple[ListenAddress, ...] = (ListenAddress("127.0.0.1", 8323),)
+    timers: Timers = field(default_factory=Timers)
+    #: Minimum seconds between two Serial Notify rounds (RFC 8210 §8.2: one per minute).
+    notify_interval: float = 60.0
+    max_version: int = MAX_VERSION
+    min_version: int = 0
+    max_connections: int = 4096
+    max_per_ip: int = 256
+    #: A connection that sends no query within this many seconds is closed.
+    query_timeout: float = 60.0
+    #: A router that accepts no bytes for this long is dropped; None means 3 × Retry.
+    write_timeout: float | None = None
+    shutdown_notice: ShutdownNotice = ShutdownNotice.RESTART
+    #: Bytes written per send call.
+    chunk_size: int = 128 * 1024
+    #: Encoded responses kept for sharing (full and delta, all versions).
+    response_cache_bytes: int = 256 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if not self.listen:
+            raise ValueError("at least one listen address is needed")
+        if self.notify_interval < 0:
+            raise ValueError("notify interval must not be negative")
+        if not 0 <= self.min_version <= self.max_version <= MAX_VERSION:
+            raise ValueError(f"protocol versions must satisfy 0 <= min <= max <= {MAX_VERSION}")
+        if self.max_connections < 1 or self.max_per_ip < 1:
+            raise ValueError("connection limits must be at least 1")
+        if self.query_timeout <= 0:
+            raise ValueError("query timeout must be positive")
+        if self.write_timeout is not None and self.write_timeout <= 0:
+            raise ValueError("write timeout must be positive")
+        if self.chunk_size < 4096:
+            raise ValueError("chunk size must be at least 4096")
+
+    @property
+    def effective_write_timeout(self) -> float:
+        """The write timeout in seconds (3 × Retry unless set; 8210bis §9)."""
+        if self.write_timeout is not None:
+            return self.write_timeout
+        return 3.0 * self.timers.retry

@@ -1,0 +1,491 @@
+"""Parse validator JSON exports into a `SourcePayload`; one invalid entry rejects the whole export.
+
+Accepted shapes (unknown keys are ignored):
+
+* rpki-client ``-j``: ``roas`` (int ``asn``, ``expires``), ``bgpsec_keys`` (hex ``ski``, base64
+  ``pubkey``), ASPA as current ``aspas: [{customer_asid, providers, expires}]`` or the 2022–23
+  per-AFI ``provider_authorizations: {ipv4: [...], ipv6: [...]}`` (merged per customer);
+* Routinator ``json``/``jsonext`` (``"AS123"`` strings, ``routerKeys``, ``aspas`` with
+  ``customer``; jsonext ``source`` validity dates give the per-entry expiry);
+* StayRTR / GoRTR ``roas`` (``asn`` as number or ``"AS123"``).
+
+Speed and memory: the whole export is decoded by the C JSON scanner with an ``object_hook``
+that turns each payload object into a packed key on the spot, so no per-entry dict survives the
+parse (a 723k-VRP export peaks near 200 MB instead of ~450 MB). The hook's result is checked
+afterwards; a document whose payload objects are not where expected is re-read the slow way.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import bz2
+import gzip
+import itertools
+import json
+import lzma
+import socket
+from array import array
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Final
+
+from snapshot.model import (
+    V4_KEY_SIZE,
+    V6_KEY_SIZE,
+    Aspa,
+    PayloadError,
+    RouterKey,
+    check_asn,
+    pack_v4,
+    pack_v6,
+)
+from snapshot.snapshot import Snapshot, split_keys
+
+#: Expiry of entries that carry none.
+NO_EXPIRY: Final = (1 << 63) - 1
+#: rpki-client and OpenBGPD drop provider sets above this size; so do we by default.
+DEFAULT_MAX_ASPA_PROVIDERS: Final = 10_000
+
+
+class FormatError(ValueError):
+    """Raised when an export is malformed or holds an invalid entry; the message names it."""
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePayload:
+    """The complete content of one source load, with an absolute expiry per entry.
+
+    VRPs are packed (see `snapshot.model`), unique, sorted descending, each with the latest
+    ``expires`` of its duplicates (a VRP from several trust anchors lives while any does).
+    """
+
+    v4: bytes = b""
+    v4_expires: array[int] = field(default_factory=lambda: array("q"))
+    v6: bytes = b""
+    v6_expires: array[int] = field(default_factory=lambda: array("q"))
+    router_keys: tuple[tuple[RouterKey, int], ...] = ()
+    aspas: tuple[tuple[Aspa, int], ...] = ()
+    #: Build time stated by the export (Unix seconds), if any.
+    generated: int | None = None
+
+    def earliest_expiry_after(self, now: int) -> int | None:
+        """The first expiry time after ``now`` (Unix seconds); None when no entry expires later."""
+        first = min(
+            itertools.chain(
+                (e for e in self.v4_expires if e > now),
+                (e for e in self.v6_expires if e > now),
+                (t for _, t in self.router_keys if t > now),
+                (t for _, t in self.aspas if t > now),
+            ),
+            default=NO_EXPIRY,
+        )
+        return None if first == NO_EXPIRY else first
+
+    def snapshot_at(self, now: int) -> Snapshot:
+        """The entries still valid at ``now`` (an entry is valid while ``now < expires``)."""
+        aspas: dict[int, Aspa] = {}
+        for aspa, expires in self.aspas:
+            if now < expires:
+                old = aspas.get(aspa.customer)
+                aspas[aspa.customer] = aspa if old is None else old.merged(aspa)
+        keys = {k for k, expires in self.router_keys if now < expires}
+        return Snapshot(
+            _valid_keys(self.v4, self.v4_expires, V4_KEY_SIZE, now),
+            _valid_keys(self.v6, self.v6_expires, V6_KEY_SIZE, now),
+            tuple(sorted(keys, key=RouterKey.sort_key)),
+            tuple(aspas[c] for c in sorted(aspas)),
+        )
+
+    def counts(self) -> dict[str, int]:
+        """Entry counts by kind, expired ones included."""
+        return {
+            "vrp_v4": len(self.v4) // V4_KEY_SIZE,
+            "vrp_v6": len(self.v6) // V6_KEY_SIZE,
+            "router_key": len(self.router_keys),
+            "aspa": len({a.customer for a, _ in self.aspas}),
+        }
+
+
+def _valid_keys(packed: bytes, expires: array[int], width: int, now: int) -> bytes:
+    if not expires or min(expires) > now:
+        return packed
+    keys = split_keys(packed, width)
+    return b"".join(k for k, e in zip(keys, expires, strict=True) if now < e)
+
+
+def decompress(data: bytes) -> bytes:
+    """Undo gzip, bzip2 or xz compression, recognised by magic number; other data is returned."""
+    try:
+        if data[:2] == b"\x1f\x8b":
+            return gzip.decompress(data)
+        if data[:3] == b"BZh":
+            return bz2.decompress(data)
+        if data[:6] == b"\xfd7zXZ\x00":
+            return lzma.decompress(data)
+    except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+        raise FormatError(f"corrupt compressed data: {exc}") from None
+    return data
+
+
+# ---------------------------------------------------------------- field readers
+
+
+def _asn(value: object, name: str) -> int:
+    if isinstance(value, str):
+        text = value[2:] if value[:2].upper() == "AS" else value
+        if not (text.isascii() and text.isdigit()):
+            raise PayloadError(name, value, "not an AS number")
+        value = int(text)
+    if type(value) is not int:
+        raise PayloadError(name, value, "not an AS number")
+    return check_asn(value, name)
+
+
+def _int(value: object, name: str) -> int:
+    if type(value) is not int:
+        raise PayloadError(name, value, "must be an integer")
+    return value
+
+
+def _time(value: object, name: str) -> int:
+    if type(value) is int:
+        return value
+    if isinstance(value, str):
+        try:
+            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
+        except ValueError:
+            pass
+    raise PayloadError(name, value, "not a Unix time or ISO 8601 date")
+
+
+def _expires(entry: dict[str, Any]) -> int:
+    value = entry.get("expires")
+    if value is not None:
+        return _time(value, "expires")
+    sources = entry.get("source")
+    if isinstance(sources, list) and sources:
+        # Routinator jsonext: an entry lives while any of its sources does; a source lives
+        # until the first of its validity end, chain validity end and stale time.
+        best = None
+        for src in sources:
+            if not isinstance(src, dict):
+                continue
+            ends = [
+                _time(v, "source")
+                for v in (
+                    (src.get("validity") or {}).get("notAfter"),
+                    (src.get("chainValidity") or {}).get("notAfter"),
+                    src.get("stale"),
+                )
+                if v is not None
+            ]
+            end = min(ends, default=NO_EXPIRY)
+            best = end if best is None else max(best, end)
+        if best is not None:
+            return best
+    return NO_EXPIRY
+
+
+_INET_PTON = socket.inet_pton
+_AF_INET = socket.AF_INET
+_AF_INET6 = socket.AF_INET6
+
+
+def _vrp_key(entry: dict[str, Any]) -> bytes:
+    prefix = entry["prefix"]
+    if not isinstance(prefix, str):
+        raise PayloadError("prefix", prefix, "must be a string")
+    address, slash, length_text = prefix.partition("/")
+    if not (slash and length_text.isascii() and length_text.isdigit() and len(length_text) < 4):
+        raise PayloadError("prefix", prefix, "not a prefix in address/length form")
+    length = int(length_text)
+    max_length = entry.get("maxLength", length)
+    if type(max_length) is not int:
+        raise PayloadError("maxLength", max_length, "must be an integer")
+    asn = _asn(entry["asn"], "asn")
+    try:
+        if ":" in address:
+            raw = _INET_PTON(_AF_INET6, address)
+            return pack_v6(int.from_bytes(raw, "big"), length, max_length, asn)
+        raw = _INET_PTON(_AF_INET, address)
+    except OSError:
+        raise PayloadError("prefix", prefix, "not a valid IP address") from None
+    return pack_v4(int.from_bytes(raw, "big"), length, max_length, asn)
+
+
+def _b64(value: object, name: str) -> bytes:
+    if not isinstance(value, str):
+        raise PayloadError(name, value, "must be a base64 string")
+    text = value.strip()
+    padded = text + "=" * (-len(text) % 4)
+    raw = padded.encode("ascii", "replace")
+    for alphabet in (None, b"-_"):
+        try:
+            return base64.b64decode(raw, altchars=alphabet, validate=True)
+        except (binascii.Error, ValueError):
+            continue
+    raise PayloadError(name, value, "not valid base64")
+
+
+def _router_key(entry: dict[str, Any]) -> tuple[RouterKey, int]:
+    ski_text = entry.get("ski", entry.get("SKI"))
+    if not isinstance(ski_text, str):
+        raise PayloadError("ski", ski_text, "must be a hex string")
+    try:
+        ski = bytes.fromhex(ski_text.replace(":", ""))
+    except ValueError:
+        raise PayloadError("ski", ski_text, "not hexadecimal") from None
+    spki_name = "pubkey" if "pubkey" in entry else "routerPublicKey"
+    spki = _b64(entry.get(spki_name), spki_name)
+    return RouterKey(ski, _asn(entry.get("asn"), "asn"), spki), _expires(entry)
+
+
+def _aspa(entry: dict[str, Any], max_providers: int) -> tuple[Aspa, int]:
+    name = "customer_asid" if "customer_asid" in entry else "customer"
+    customer = _asn(entry.get(name), name)
+    providers = entry.get("providers")
+    if not isinstance(providers, list):
+        raise PayloadError("providers", providers, "must be a list of ASNs")
+    if len(providers) > max_providers:
+        raise PayloadError("providers", f"<{len(providers)} ASNs>", f"more than {max_providers}")
+    asns = [_asn(p, "providers") for p in providers]
+    return Aspa(customer, tuple(asns)), _expires(entry)
+
+
+# ---------------------------------------------------------------- the parse
+
+
+class _Marker:
+    __slots__ = ("kind",)
+
+    def __init__(self, kind: str) -> None:
+        self.kind = kind
+
+    def __repr__(self) -> str:
+        return f"<{self.kind}>"
+
+
+_VRP: Final = _Marker("vrp")
+_LENGTHS: Final = {str(n): n for n in range(129)}
+_LENGTH_PAIRS: Final = [[bytes((m, p)) for p in range(129)] for m in range(129)]
+_KEY: Final = _Marker("router_key")
+_ASPA: Final = _Marker("aspa")
+
+
+class _Collector:
+    """Receives entries (from the hook or the slow path) and keeps them compactly."""
+
+    def __init__(self, max_providers: int) -> None:
+        self.max_providers = max_providers
+        self.vrps: dict[bytes, int] = {}
+        self.router_keys: dict[RouterKey, int] = {}
+        self.aspas: list[tuple[Aspa, int]] = []
+        self.counts = {"vrp": 0, "router_key": 0, "aspa": 0}
+
+    def add_vrp(self, entry: dict[str, Any]) -> None:
+        self.counts["vrp"] += 1
+        key = _vrp_key(entry)
+        expires = _expires(entry)
+        old = self.vrps.get(key)
+        if old is None or expires > old:
+            self.vrps[key] = expires
+
+    def add_router_key(self, entry: dict[str, Any]) -> None:
+        self.counts["router_key"] += 1
+        key, expires = _router_key(entry)
+        if expires > self.router_keys.get(key, -1):
+            self.router_keys[key] = expires
+
+    def add_aspa(self, entry: dict[str, Any]) -> None:
+        self.counts["aspa"] += 1
+        self.aspas.append(_aspa(entry, self.max_providers))
+
+    def hook(self, obj: dict[str, Any]) -> object:
+        prefix = obj.get("prefix")
+        if prefix is not None and "asn" in obj:
+            if not self._fast_vrp(obj, prefix):
+                self.add_vrp(obj)
+            return _VRP
+        if ("ski" in obj or "SKI" in obj) and ("pubkey" in obj or "routerPublicKey" in obj):
+            self.add_router_key(obj)
+            return _KEY
+        if ("customer_asid" in obj or "customer" in obj) and "providers" in obj:
+            self.add_aspa(obj)
+            return _ASPA
+        return obj
+
+    def _fast_vrp(self, obj: dict[str, Any], prefix: object) -> bool:
+        """The common case (int ASN, int expires, valid) inline; False means take the slow path."""
+        asn = obj["asn"]
+        expires = obj.get("expires")
+        if type(asn) is not int or type(expires) is not int or type(prefix) is not str:
+            return False
+        address, _, length_text = prefix.partition("/")
+        length = _LENGTHS.get(length_text)
+        if length is None:
+            return False
+        max_length = obj.get("maxLength", length)
+        if type(max_length) is not int or not 0 <= length <= max_length or asn >> 32 or asn < 0:
+            return False
+        try:
+            raw = _INET_PTON(_AF_INET6 if ":" in address else _AF_INET, address)
+        except OSError:
+            return False
+        bits = len(raw) * 8
+        if max_length > bits or int.from_bytes(raw, "big") & ((1 << (bits - length)) - 1):
+            return False
+        key = raw + _LENGTH_PAIRS[max_length][length] + asn.to_bytes(4, "big")
+        self.counts["vrp"] += 1
+        vrps = self.vrps
+        old = vrps.get(key)
+        if old is None or expires > old:
+            vrps[key] = expires
+        return True
+
+    def current(self, kind: str) -> str:
+        section = {"vrp": "roas", "router_key": "bgpsec_keys", "aspa": "aspas"}[kind]
+        return f"{section}[{self.counts[kind] - 1}]"
+
+    def payload(self, generated: int | None) -> SourcePayload:
+        v4 = sorted((k for k in self.vrps if len(k) == V4_KEY_SIZE), reverse=True)
+        v6 = sorted((k for k in self.vrps if len(k) == V6_KEY_SIZE), reverse=True)
+        get = self.vrps.__getitem__
+        return SourcePayload(
+            b"".join(v4),
+            array("q", map(get, v4)),
+            b"".join(v6),
+            array("q", map(get, v6)),
+            tuple(sorted(self.router_keys.items(), key=lambda kv: kv[0].sort_key())),
+            tuple(self.aspas),
+            generated,
+        )
+
+
+def _sections(doc: dict[str, Any]) -> dict[str, list[Any]]:
+    """The payload arrays of a document, by kind, whatever shape it has."""
+    out: dict[str, list[Any]] = {"vrp": [], "router_key": [], "aspa": []}
+    roas = doc.get("roas", [])
+    if not isinstance(roas, list):
+        raise FormatError("'roas' must be a list")
+    out["vrp"] = roas
+    for name in ("bgpsec_keys", "routerKeys", "router-keys"):
+        keys = doc.get(name)
+        if keys is not None:
+            if not isinstance(keys, list):
+                raise FormatError(f"'{name}' must be a list")
+            out["router_key"].extend(keys)
+    aspas = doc.get("aspas")
+    if aspas is not None:
+        if not isinstance(aspas, list):
+            raise FormatError("'aspas' must be a list")
+        out["aspa"].extend(aspas)
+    legacy = doc.get("provider_authorizations")
+    if legacy is not None:
+        if not isinstance(legacy, dict):
+            raise FormatError("'provider_authorizations' must be an object")
+        for afi in ("ipv4", "ipv6"):
+            entries = legacy.get(afi, [])
+            if not isinstance(entries, list):
+                raise FormatError(f"'provider_authorizations.{afi}' must be a list")
+            out["aspa"].extend(entries)
+    return out
+
+
+def _generated(doc: dict[str, Any]) -> int | None:
+    meta = doc.get("metadata")
+    if not isinstance(meta, dict):
+        return None
+    for name in ("generated", "buildtime"):
+        value = meta.get(name)
+        if value is not None:
+            try:
+                return _time(value, f"metadata.{name}")
+            except PayloadError:
+                return None
+    return None
+
+
+def parse_export(
+    data: bytes | str, *, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
+) -> SourcePayload:
+    """Parse one export (already decompressed).
+
+    Raises:
+        FormatError: the document is not JSON of a known shape, or an entry is invalid; the
+            message names the entry (section[index]), the field and the value.
+    """
+    fast = _Collector(max_aspa_providers)
+
+    def hook(obj: dict[str, Any]) -> object:
+        try:
+            return fast.hook(obj)
+        except PayloadError as exc:
+            kind = "vrp" if "prefix" in obj else "aspa" if "providers" in obj else "router_key"
+            raise FormatError(f"{fast.current(kind)}: {exc}") from None
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise FormatError(f"malformed entry {obj!r:.200}: {exc}") from None
+
+    doc = _loads(data, hook)
+    sections = _sections(doc)
+    markers = {"vrp": _VRP, "router_key": _KEY, "aspa": _ASPA}
+    if all(
+        len(items) == fast.counts[kind] and items.count(markers[kind]) == len(items)
+        for kind, items in sections.items()
+    ):
+        return fast.payload(_generated(doc))
+    # Payload-shaped objects were not all where expected (or some entry is incomplete):
+    # decode again without the hook and walk the payload sections one entry at a time.
+    del doc, sections
+    return _slow_path(_loads(data, None), max_aspa_providers)
+
+
+def _loads(data: bytes | str, hook: Callable[[dict[str, Any]], object] | None) -> dict[str, Any]:
+    if isinstance(data, bytes):
+        try:
+            # Decoding here (not inside json.loads) lets the caller drop its bytes first.
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError as exc:
+            raise FormatError(f"export is not UTF-8: {exc}") from None
+    try:
+        doc = json.loads(data, object_hook=hook)
+    except json.JSONDecodeError as exc:
+        raise FormatError(f"not valid JSON: {exc}") from None
+    except RecursionError:
+        raise FormatError("JSON nested too deeply") from None
+    if not isinstance(doc, dict):
+        raise FormatError("top level must be a JSON object")
+    return doc
+
+
+def _slow_path(doc: dict[str, Any], max_aspa_providers: int) -> SourcePayload:
+    slow = _Collector(max_aspa_providers)
+    adders: dict[str, Callable[[dict[str, Any]], None]] = {
+        "vrp": slow.add_vrp,
+        "router_key": slow.add_router_key,
+        "aspa": slow.add_aspa,
+    }
+    required = {"vrp": ("prefix", "asn"), "router_key": ("asn",), "aspa": ("providers",)}
+    for kind, items in _sections(doc).items():
+        add = adders[kind]
+        for item in items:
+            if not isinstance(item, dict) or not all(f in item for f in required[kind]):
+                raise FormatError(
+                    f"{_label(kind)}[{slow.counts[kind]}]: missing "
+                    f"{' or '.join(required[kind])}: {item!r:.200}"
+                )
+            try:
+                add(item)
+            except PayloadError as exc:
+                raise FormatError(f"{slow.current(kind)}: {exc}") from None
+    return slow.payload(_generated(doc))
+
+
+def _label(kind: str) -> str:
+    return {"vrp": "roas", "router_key": "bgpsec_keys", "aspa": "aspas"}[kind]
+
+
+def parse_entries(entries: Iterable[dict[str, Any]]) -> SourcePayload:
+    """Build a payload from already-decoded ``roas`` entries (tests and tools)."""
+    return _slow_path({"roas": list(entries)}, DEFAULT_MAX_ASPA_PROVIDERS)

@@ -1,0 +1,43 @@
+"""Per-source status (state, last success, last error, counts) for logs, metrics and /status."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+
+class SourceState(enum.Enum):
+    """Where a source stands."""
+
+    STARTING = "starting"
+    #: The source file or URL does not exist yet (e.g. the validator's first run is not done).
+    WAITING = "waiting"
+    OK = "ok"
+    #: The last attempt failed (rejected update or environment error); older data may serve.
+    ERROR = "error"
+
+
+@dataclass(slots=True)
+class SourceStatus:
+    """Mutable status of one source, updated only by that source's task."""
+
+    name: str
+    kind: str
+    location: str
+    state: SourceState = SourceState.STARTING
+    last_success_wall: float | None = None
+    last_error: str | None = None
+    last_error_wall: float | None = None
+    records: dict[str, int] = field(default_factory=dict)
+    bytes_read: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    #: True once the first attempt (success, missing or failure) has finished.
+    attempted: bool = False
+
+    def failed(self, error_class: str, message: str, wall: float) -> None:
+        """Record a failure of ``error_class`` (``format``, ``environment``, ...)."""
+        self.state = SourceState.ERROR
+        self.last_error = message
+        self.last_error_wall = wall
+        self.errors[error_class] = self.errors.get(error_class, 0) + 1
+        self.attempted = True
