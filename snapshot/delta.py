@@ -86,15 +86,47 @@ class Delta:
 EMPTY_DELTA = Delta()
 
 
+#: Keys compared at once when walking two sorted packed strings.
+_BLOCK = 256
+
+
 def _set_diff(old: bytes, new: bytes, width: int) -> tuple[bytes, bytes]:
+    """(announce, withdraw) between two descending packed key strings.
+
+    Tables change little between serials, so walk both strings comparing whole blocks of keys
+    (a C-level memcmp) and step key by key only where a block differs.
+    """
     if old == new:
         return b"", b""
-    old_keys = set(split_keys(old, width))
-    new_keys = set(split_keys(new, width))
-    return (
-        join_sorted(new_keys - old_keys, descending=True),
-        join_sorted(old_keys - new_keys, descending=False),
-    )
+    added: list[bytes] = []
+    removed: list[bytes] = []
+    i = j = 0
+    n, m = len(old), len(new)
+    block = _BLOCK * width
+    while i < n and j < m:
+        if old[i : i + block] == new[j : j + block]:
+            i += block
+            j += block
+            continue
+        for _ in range(_BLOCK):
+            if i >= n or j >= m:
+                break
+            a = old[i : i + width]
+            b = new[j : j + width]
+            if a == b:
+                i += width
+                j += width
+            elif a > b:
+                # Descending order: ``a`` would have come before ``b`` in ``new``.
+                removed.append(a)
+                i += width
+            else:
+                added.append(b)
+                j += width
+    removed.extend(split_keys(old[i:], width))
+    added.extend(split_keys(new[j:], width))
+    removed.reverse()
+    return b"".join(added), b"".join(removed)
 
 
 def _router_key_tuple(keys: set[RouterKey]) -> tuple[RouterKey, ...]:
