@@ -1,0 +1,52 @@
+"""`RtrProtocolError`: the one exception the codec raises for anything wrong on the wire.
+
+It carries what the session needs to answer with an Error Report directly: the code, the
+offending PDU bytes, a text, the version of the offending PDU and whether the byte stream is
+still framed (``recoverable``). Any other exception escaping `decode` or `PduFramer` is a bug.
+"""
+
+from __future__ import annotations
+
+from rtr_server.protocol.constants import ErrorCode
+
+
+class RtrProtocolError(Exception):
+    """Raised when received bytes are not a valid RTR PDU for their version.
+
+    Attributes:
+        code: the Error Report code that describes the problem.
+        offending: the offending PDU as received (only its 8-octet header when the Length
+            field itself is unusable), or b"" when there is no PDU to blame.
+        text: a short English diagnostic, suitable for an Error Report text.
+        version: the Protocol Version octet of the offending PDU, when one was read.
+        recoverable: True when the PDU was consumed by its Length field and the stream is
+            still in sync (the next PDU can be read); False when framing is lost.
+    """
+
+    def __init__(
+        self,
+        code: ErrorCode,
+        text: str,
+        *,
+        offending: bytes = b"",
+        version: int | None = None,
+        recoverable: bool = False,
+    ) -> None:
+        """Build the error; ``text`` is also the exception message."""
+        super().__init__(text)
+        self.code = code
+        self.text = text
+        self.offending = offending
+        self.version = version
+        self.recoverable = recoverable
+
+    @property
+    def pdu_type(self) -> int | None:
+        """The PDU Type octet of the offending PDU, when at least two octets are known."""
+        return self.offending[1] if len(self.offending) >= 2 else None
+
+    def __repr__(self) -> str:
+        return (
+            f"RtrProtocolError({self.code.name}, {self.text!r}, version={self.version}, "
+            f"recoverable={self.recoverable}, offending={self.offending[:16].hex()})"
+        )
