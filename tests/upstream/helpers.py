@@ -1,0 +1,111 @@
+"""Shared helpers for the upstream tests: export documents, atomic file writes, a fake clock."""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import os
+import time
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from snapshot.model import RouterKey, Vrp
+
+#: Where the shared real data sets live (../shared/data from the repository root).
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
+
+#: A plausible DER SubjectPublicKeyInfo (content is irrelevant to the parser, only base64).
+SPKI = bytes.fromhex("3059301306072a8648ce3d020106082a8648ce3d03010703420004") + bytes(range(65))
+SPKI_B64 = base64.b64encode(SPKI).decode()
+#: Bytes whose base64 uses the characters that differ in the URL-safe alphabet (+ and /).
+URLSAFE_SPKI = b"\xfb\xff\xbf\x30\x59\x01\x02"
+SKI_HEX = "510F485D29A29DB7B515F9C478F8ED3CB7AA7D23"
+SKI = bytes.fromhex(SKI_HEX)
+
+
+def ts(iso: str) -> int:
+    """Unix seconds of an ISO 8601 UTC time such as ``2026-01-02T00:00:00Z``."""
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp())
+
+
+def dumps(doc: object) -> bytes:
+    """Serialise a test document the way validators do (UTF-8 JSON)."""
+    return json.dumps(doc).encode()
+
+
+def roa(prefix: str, max_length: object, asn: object, **extra: Any) -> dict[str, Any]:
+    """One ``roas`` entry; ``max_length=None`` leaves the key out (values are not checked)."""
+    entry: dict[str, Any] = {"asn": asn, "prefix": prefix}
+    if max_length is not None:
+        entry["maxLength"] = max_length
+    entry.update(extra)
+    return entry
+
+
+def vrp(prefix: str, max_length: int | None, asn: int) -> Vrp:
+    """The model VRP for the same values."""
+    return Vrp.parse(prefix, max_length, asn)
+
+
+def export(vrps: Iterable[tuple[str, int, int]], *, expires: int | None = None) -> bytes:
+    """A small rpki-client style export of ``(prefix, maxLength, asn)`` triples."""
+    roas = []
+    for prefix, max_length, asn in vrps:
+        entry = roa(prefix, max_length, asn, ta="test")
+        if expires is not None:
+            entry["expires"] = expires
+        roas.append(entry)
+    return dumps({"metadata": {"buildmachine": "test"}, "roas": roas})
+
+
+def router_key(asn: int = 64496) -> RouterKey:
+    """The model router key matching `SKI_HEX` / `SPKI_B64`."""
+    return RouterKey(SKI, asn, SPKI)
+
+
+_mtimes = itertools.count(1)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` in one step (a poller never sees half a file), with a fresh mtime.
+
+    The mtime is set explicitly and always increases, so two writes within one filesystem
+    timestamp tick are still told apart.
+    """
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    tmp.replace(path)
+    touch(path)
+
+
+def touch(path: Path) -> None:
+    """Give ``path`` a new, strictly later modification time without changing its content."""
+    t = (1_700_000_000 + next(_mtimes)) * 1_000_000_000
+    os.utime(path, ns=(t, t))
+
+
+async def wait_for(condition: Callable[[], bool], limit: float = 5.0) -> None:
+    """Poll ``condition`` until it holds; fail (TimeoutError) after ``limit`` seconds."""
+    with anyio.fail_after(limit):
+        while True:
+            if condition():
+                return
+            await anyio.sleep(0.005)
+
+
+class FakeClock:
+    """A wall clock the test moves by hand; monotonic time is real."""
+
+    def __init__(self, wall: float) -> None:
+        self.now = wall
+
+    def wall(self) -> float:
+        return self.now
+
+    def monotonic(self) -> float:
+        return time.monotonic()
