@@ -1,0 +1,191 @@
+"""The ``rtr-serve`` command line, run as a subprocess: argument errors, and a real run on a
+temporary export that serves a Reset Query and stops cleanly on SIGTERM."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from rtr_server.protocol import (
+    NEED_DATA,
+    CacheResponse,
+    EndOfData,
+    ErrorReport,
+    Pdu,
+    PduFramer,
+    SerialNotify,
+    Timers,
+)
+from tests.server.helpers import RouterState, base_export, expected_state, write_export
+from tests.server.rtr_client import PAYLOAD_TYPES, PayloadPdu, reset_query
+
+BIN = Path(sys.executable).parent
+RTR_SERVE = str(BIN / "rtr-serve")
+PYTHON_M = [sys.executable, "-m", "rtr_server.cli"]
+DEADLINE = 10.0
+
+
+@pytest.fixture
+def export_path(tmp_path: Path) -> Path:
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    return path
+
+
+BAD_ARGUMENTS = {
+    "refresh-0": (["--refresh", "0"], "refresh"),
+    "listen-nonsense": (["--listen", "nonsense"], "nonsense"),
+    "expire-100": (["--expire", "100"], "expire"),
+    "expire-below-refresh": (["--refresh", "7200", "--expire", "3600"], "expire"),
+    "poll-interval-0": (["--poll-interval", "0"], "poll-interval"),
+    "max-version-3": (["--max-version", "3"], "max-version"),
+    "refresh-not-a-number": (["--refresh", "soon"], "refresh"),
+    "listen-port-too-big": (["--listen", "127.0.0.1:65536"], "65536"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_ARGUMENTS))
+def test_bad_arguments_exit_2_with_one_line(export_path: Path, case: str) -> None:
+    args, mentions = BAD_ARGUMENTS[case]
+    result = subprocess.run(
+        [RTR_SERVE, "--source", str(export_path), *args],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2, result
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert result.stderr.endswith("\n")
+    assert lines[0].startswith("rtr-serve: error: ")
+    assert mentions in lines[0]
+
+
+@pytest.mark.parametrize("command", [[RTR_SERVE], PYTHON_M], ids=["console-script", "python-m"])
+def test_missing_source_exits_2(command: list[str]) -> None:
+    result = subprocess.run(
+        [*command, "--listen", "127.0.0.1:0"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert result.returncode == 2, result
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert "--source" in lines[0]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def connect_with_retry(port: int, proc: subprocess.Popen[bytes]) -> socket.socket:
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        assert proc.poll() is None, "rtr-serve exited early"
+        try:
+            return socket.create_connection(("127.0.0.1", port), timeout=1.0)
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
+def read_pdu(sock: socket.socket, framer: PduFramer) -> Pdu | None:
+    """The next PDU, or None at EOF (blocking, bounded by the socket timeout)."""
+    while True:
+        pdu = framer.next_pdu()
+        if pdu is not NEED_DATA:
+            return pdu
+        if framer.eof:
+            return None
+        framer.receive_data(sock.recv(65536))
+
+
+def reset_until_data(sock: socket.socket, framer: PduFramer) -> tuple[int, list[PayloadPdu]]:
+    """Reset Query v2 until the server has data; (End of Data serial, payload)."""
+    deadline = time.monotonic() + DEADLINE
+    while True:
+        sock.sendall(reset_query(2))
+        first = read_pdu(sock, framer)
+        while isinstance(first, SerialNotify):
+            # Legal between replies: after the Error 2 below the session is negotiated, and
+            # the first publish is announced to it.
+            first = read_pdu(sock, framer)
+        if isinstance(first, ErrorReport) and first.code == 2 and time.monotonic() < deadline:
+            time.sleep(0.05)  # No Data Available yet: the export is still loading
+            continue
+        assert isinstance(first, CacheResponse), first
+        payload: list[PayloadPdu] = []
+        while True:
+            pdu = read_pdu(sock, framer)
+            if isinstance(pdu, EndOfData):
+                assert pdu.timers == Timers()  # the CLI defaults
+                assert pdu.session_id == first.session_id
+                return pdu.serial, payload
+            assert isinstance(pdu, PAYLOAD_TYPES), pdu
+            payload.append(pdu)
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_serves_and_stops_on_sigterm(tmp_path: Path, backend: str) -> None:
+    path = tmp_path / "export.json"  # written once a router is connected
+    port = free_port()
+    proc = subprocess.Popen(
+        [
+            RTR_SERVE,
+            "--source",
+            str(path),
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--poll-interval",
+            "0.1",
+            "--async-backend",
+            backend,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with connect_with_retry(port, proc) as sock:
+            sock.settimeout(5.0)
+            framer = PduFramer()
+            sock.sendall(reset_query(2))
+            no_data = read_pdu(sock, framer)
+            assert isinstance(no_data, ErrorReport), no_data
+            assert (no_data.version, no_data.code) == (2, 2)
+
+            write_export(path, base_export())
+            _, payload = reset_until_data(sock, framer)
+            assert RouterState().apply(payload) == expected_state(base_export(), 2)
+
+            proc.send_signal(signal.SIGTERM)
+            started = time.monotonic()
+            # The idle v2 session is told Cache Restart, then the connection closes.
+            goodbye = read_pdu(sock, framer)
+            assert isinstance(goodbye, ErrorReport), goodbye
+            assert (goodbye.version, goodbye.code) == (2, 12)
+            assert read_pdu(sock, framer) is None
+        stdout, stderr = proc.communicate(timeout=DEADLINE)
+        assert time.monotonic() - started < 5.0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    text = stderr.decode()
+    assert proc.returncode == 0, text
+    assert "Traceback" not in text
+    assert "rtr-serve stopped" in text
+    assert stdout == b""
