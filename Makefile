@@ -34,7 +34,7 @@ imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
 unit: $(STAMP)
-	$(VENV)/bin/pytest -q tests
+	$(VENV)/bin/pytest -v tests
 
 test: lint typecheck imports unit
 

@@ -3,9 +3,11 @@
 The connection's task is the only writer on its stream. It reads while idle; a Serial Notify
 request from the server cancels that read (safe: unread bytes stay buffered) so the notify is
 written between responses, never inside one. Responses are shared encoded bytes written in
-``chunk_size`` slices; a router that accepts nothing for ``write_timeout`` is dropped (on v2
-after an Error 10 attempt), so it holds at most the socket buffers and a reference to shared
-bytes, and never slows anyone else.
+``chunk_size`` slices; a router that accepts nothing for ``write_timeout`` is dropped, so it
+holds at most the socket buffers and a reference to shared bytes, and never slows anyone else.
+Unsolicited Error Reports (10 on a stall, 12/13 at shutdown; v2 only) are sent only when the
+stream is at a PDU boundary: after a write cut short mid-PDU one would be misframed, so the
+connection is just closed.
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ class RtrConnection:
     """One router connection; `run` owns the stream and closes it on every path."""
 
     __slots__ = (
+        "_aligned",
         "_notify_wanted",
         "_receive_scope",
         "close_reason",
@@ -82,6 +85,8 @@ class RtrConnection:
         self.close_reason = "unknown"
         self._notify_wanted = False
         self._receive_scope: anyio.CancelScope | None = None
+        #: False while a write is cut short mid-PDU: nothing more may be sent then.
+        self._aligned = True
 
     # ------------------------------------------------------------------ server side
     def request_notify(self) -> None:
@@ -100,13 +105,16 @@ class RtrConnection:
             self.close_reason = "no query within the query timeout"
         except WriteStalledError:
             self.close_reason = "write stalled"
-            await self._goodbye(ErrorCode.TRANSPORT_FAILURE, "write stalled")
+            if self._aligned:
+                await self._goodbye(ErrorCode.TRANSPORT_FAILURE, "write stalled")
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError) as exc:
             self.close_reason = f"connection lost ({type(exc).__name__})"
         except anyio.get_cancelled_exc_class():
             self.close_reason = "server shutdown"
             with anyio.CancelScope(shield=True):
-                if self.server.settings.shutdown_notice is ShutdownNotice.SHUTDOWN:
+                if not self._aligned:
+                    pass  # a reply was cut mid-PDU: an Error Report would be misframed
+                elif self.server.settings.shutdown_notice is ShutdownNotice.SHUTDOWN:
                     await self._goodbye(ErrorCode.CACHE_SHUTDOWN, "cache shutting down")
                 else:
                     await self._goodbye(ErrorCode.CACHE_RESTART, "cache restarting")
@@ -184,6 +192,7 @@ class RtrConnection:
         view = memoryview(data)
         size = self.server.settings.chunk_size
         timeout = self.server.settings.effective_write_timeout
+        self._aligned = False  # every call writes whole PDUs
         for offset in range(0, len(view), size):
             piece = view[offset : offset + size]
             with anyio.move_on_after(timeout) as scope:
@@ -193,6 +202,7 @@ class RtrConnection:
                 raise WriteStalledError
             self.stats.bytes_sent += len(piece)
             self.server.stats.bytes_sent += len(piece)
+        self._aligned = True
 
     async def _goodbye(self, code: ErrorCode, text: str) -> None:
         data = self.session.goodbye(code, text)

@@ -54,6 +54,8 @@ def pack_v4(address: int, prefix_length: int, max_length: int, asn: int) -> byte
         raise PayloadError("prefix_length", prefix_length, "must be 0..32 for IPv4")
     if type(max_length) is not int or not prefix_length <= max_length <= 32:
         raise PayloadError("max_length", max_length, f"must be in {prefix_length}..32")
+    if type(address) is not int or not 0 <= address <= 0xFFFF_FFFF:
+        raise PayloadError("address", address, "IPv4 address must be in 0..2^32-1")
     if address & ((1 << (32 - prefix_length)) - 1):
         raise PayloadError("prefix", _v4_text(address, prefix_length), "host bits are set")
     check_asn(asn)
@@ -66,6 +68,8 @@ def pack_v6(address: int, prefix_length: int, max_length: int, asn: int) -> byte
         raise PayloadError("prefix_length", prefix_length, "must be 0..128 for IPv6")
     if type(max_length) is not int or not prefix_length <= max_length <= 128:
         raise PayloadError("max_length", max_length, f"must be in {prefix_length}..128")
+    if type(address) is not int or not 0 <= address < 1 << 128:
+        raise PayloadError("address", address, "IPv6 address must be in 0..2^128-1")
     if address & ((1 << (128 - prefix_length)) - 1):
         raise PayloadError("prefix", _v6_text(address, prefix_length), "host bits are set")
     check_asn(asn)
@@ -115,7 +119,16 @@ class Vrp:
 
     @classmethod
     def from_key(cls, key: bytes) -> Vrp:
-        """Inverse of `key`."""
+        """Inverse of `key`; raises `PayloadError` for a malformed key."""
+        try:
+            return cls._from_key(key)
+        except ValueError as exc:
+            if isinstance(exc, PayloadError):
+                raise
+            raise PayloadError("key", key.hex(), str(exc)) from None
+
+    @classmethod
+    def _from_key(cls, key: bytes) -> Vrp:
         if len(key) == V4_KEY_SIZE:
             net: IPNetwork = ipaddress.IPv4Network((int.from_bytes(key[0:4], "big"), key[5]))
             return cls(net, key[4], int.from_bytes(key[6:10], "big"))

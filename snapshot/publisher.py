@@ -34,11 +34,15 @@ class SessionIds:
 
     def for_version(self, version: int) -> int:
         """The session id used on sessions of ``version``."""
+        if version not in VERSIONS:
+            raise ValueError(f"no RTR version {version}")
         return (self.v0, self.v1, self.v2)[version]
 
     @classmethod
     def from_random(cls, draw: bytes) -> SessionIds:
         """Derive three distinct ids from at least 2 random octets (the caller supplies entropy)."""
+        if len(draw) < 2:
+            raise ValueError("need at least 2 random octets")
         base = int.from_bytes(draw[:2], "big")
         return cls(base, (base + 0x5555) & 0xFFFF, (base + 0xAAAA) & 0xFFFF)
 

@@ -9,6 +9,7 @@ callback decides whether it differs from what is published. Building runs in a w
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
@@ -24,6 +25,8 @@ log = logging.getLogger(__name__)
 
 #: Do not rebuild more often than this when entries expire one after another.
 MIN_EXPIRY_WAKE = 1.0
+#: How often readiness is re-checked while sources have not reported their first attempt.
+READY_POLL = 0.2
 
 
 class Source(Protocol):
@@ -86,14 +89,9 @@ class Aggregator:
 
     async def _merge_loop(self) -> None:
         announced_wait = False
-        next_expiry: float | None = None
+        delay = math.inf
         while True:
-            delay = (
-                None
-                if next_expiry is None
-                else max(MIN_EXPIRY_WAKE, next_expiry - self.clock.wall())
-            )
-            with anyio.move_on_after(delay if delay is not None else float("inf")):
+            with anyio.move_on_after(delay):
                 await self._changed.wait()
             self._changed = anyio.Event()
             if not self._ready():
@@ -101,16 +99,12 @@ class Aggregator:
                     pending = [s.name for s in self.sources if not s.status.attempted]
                     log.info("waiting for the first attempt of: %s", ", ".join(pending))
                     announced_wait = True
-                # Sources report attempts without payloads too; poll readiness briefly.
-                next_expiry = self.clock.wall() + 0.2
+                # A source reports an attempt without emitting (a missing file): re-check soon.
+                delay = READY_POLL
                 continue
             if not self.payloads:
-                next_expiry = None
-                if self._ready() and not announced_wait:
-                    log.warning("no source has data yet; routers get No Data Available")
-                    announced_wait = True
-                # Re-check now and then: a source may attempt again without emitting.
-                next_expiry = self.clock.wall() + 1.0
+                log.warning("no source has data yet; routers get No Data Available")
+                delay = math.inf  # a source's first payload sets the event
                 continue
             now = int(self.clock.wall())
             payloads = list(self.payloads.values())
@@ -118,4 +112,9 @@ class Aggregator:
             self.builds += 1
             expiries = [e for p in payloads if (e := p.earliest_expiry_after(now)) is not None]
             next_expiry = min(expiries, default=None)
+            delay = (
+                math.inf
+                if next_expiry is None
+                else max(MIN_EXPIRY_WAKE, next_expiry - self.clock.wall())
+            )
             await self.on_snapshot(snapshot)

@@ -36,17 +36,24 @@ def load_file(path: Path, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS) 
 
 
 def _read_and_parse(
-    path: Path, previous_digest: bytes | None, max_aspa_providers: int
+    path: Path, known: tuple[bytes | None, ...], max_aspa_providers: int
 ) -> tuple[bytes, int, SourcePayload | None]:
-    """(digest, size, payload); payload is None when the content equals ``previous_digest``."""
+    """(digest, size, payload); payload is None when the digest is one of ``known``."""
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).digest()
     size = len(raw)
-    if digest == previous_digest:
+    if digest in known:
         return digest, size, None
     data = decompress(raw)
     del raw
     return digest, size, parse_export(data, max_aspa_providers=max_aspa_providers)
+
+
+def _digest_of(path: Path) -> bytes | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).digest()
+    except OSError:
+        return None
 
 
 class FileSource:
@@ -74,6 +81,7 @@ class FileSource:
         self.status = SourceStatus(self.name, self.kind, str(path))
         self._signature: tuple[int, int, int] | None = None
         self._digest: bytes | None = None
+        self._rejected_digest: bytes | None = None
 
     async def run(self, sink: PayloadSink) -> None:
         """Poll forever (until cancelled), calling ``sink(name, payload)`` on each new payload."""
@@ -103,7 +111,10 @@ class FileSource:
         started = self.clock.monotonic()
         try:
             digest, size, payload = await anyio.to_thread.run_sync(
-                _read_and_parse, self.path, self._digest, self.max_aspa_providers
+                _read_and_parse,
+                self.path,
+                (self._digest, self._rejected_digest),
+                self.max_aspa_providers,
             )
         except FileNotFoundError:
             return False  # removed between stat and read; the next poll says so
@@ -111,8 +122,9 @@ class FileSource:
             self._environment_error(exc)
             return False
         except FormatError as exc:
-            # Remember the signature: the same broken bytes are not parsed again every poll.
+            # Remember the bytes: the same broken content is not parsed (or counted) again.
             self._signature = signature
+            self._rejected_digest = await anyio.to_thread.run_sync(_digest_of, self.path)
             self.status.failed("format", str(exc), self.clock.wall())
             log.error(
                 "source %s: rejected update from %s: %s; the previous data stays in force",
@@ -124,7 +136,13 @@ class FileSource:
         self._signature = signature
         self.status.bytes_read += size
         if payload is None:
-            log.debug("source %s: %s touched, content unchanged", self.name, self.path)
+            if digest == self._digest and self.status.state is not SourceState.OK:
+                # The content in force is back (after a broken or missing file).
+                self.status.state = SourceState.OK
+                self.status.attempted = True
+                log.info("source %s: %s is back to the content in force", self.name, self.path)
+            else:
+                log.debug("source %s: %s touched, content unchanged", self.name, self.path)
             return False
         self._digest = digest
         status = self.status

@@ -25,6 +25,7 @@ import itertools
 import json
 import lzma
 import socket
+import zlib
 from array import array
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from datetime import datetime
 from typing import Any, Final
 
 from snapshot.model import (
+    SKI_LENGTH,
     V4_KEY_SIZE,
     V6_KEY_SIZE,
     Aspa,
@@ -124,7 +126,7 @@ def decompress(data: bytes) -> bytes:
             return bz2.decompress(data)
         if data[:6] == b"\xfd7zXZ\x00":
             return lzma.decompress(data)
-    except (OSError, EOFError, ValueError, lzma.LZMAError) as exc:
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as exc:
         raise FormatError(f"corrupt compressed data: {exc}") from None
     return data
 
@@ -236,8 +238,13 @@ def _router_key(entry: dict[str, Any]) -> tuple[RouterKey, int]:
     try:
         ski = bytes.fromhex(ski_text.replace(":", ""))
     except ValueError:
-        raise PayloadError("ski", ski_text, "not hexadecimal") from None
-    spki_name = "pubkey" if "pubkey" in entry else "routerPublicKey"
+        # FORT writes the SKI in base64url (27 or 28 characters for 20 octets).
+        if len(ski_text) not in (27, 28):
+            raise PayloadError("ski", ski_text, "not hexadecimal") from None
+        ski = _b64(ski_text, "ski")
+    if len(ski) != SKI_LENGTH:
+        raise PayloadError("ski", ski_text, "must be 20 octets (40 hex digits)")
+    spki_name = next((n for n in ("pubkey", "routerPublicKey", "spki") if n in entry), "pubkey")
     spki = _b64(entry.get(spki_name), spki_name)
     return RouterKey(ski, _asn(entry.get("asn"), "asn"), spki), _expires(entry)
 
@@ -308,7 +315,9 @@ class _Collector:
             if not self._fast_vrp(obj, prefix):
                 self.add_vrp(obj)
             return _VRP
-        if ("ski" in obj or "SKI" in obj) and ("pubkey" in obj or "routerPublicKey" in obj):
+        if ("ski" in obj or "SKI" in obj) and (
+            "pubkey" in obj or "routerPublicKey" in obj or "spki" in obj
+        ):
             self.add_router_key(obj)
             return _KEY
         if ("customer_asid" in obj or "customer" in obj) and "providers" in obj:
@@ -344,10 +353,6 @@ class _Collector:
             vrps[key] = expires
         return True
 
-    def current(self, kind: str) -> str:
-        section = {"vrp": "roas", "router_key": "bgpsec_keys", "aspa": "aspas"}[kind]
-        return f"{section}[{self.counts[kind] - 1}]"
-
     def payload(self, generated: int | None) -> SourcePayload:
         v4 = sorted((k for k in self.vrps if len(k) == V4_KEY_SIZE), reverse=True)
         v6 = sorted((k for k in self.vrps if len(k) == V6_KEY_SIZE), reverse=True)
@@ -363,33 +368,37 @@ class _Collector:
         )
 
 
-def _sections(doc: dict[str, Any]) -> dict[str, list[Any]]:
-    """The payload arrays of a document, by kind, whatever shape it has."""
-    out: dict[str, list[Any]] = {"vrp": [], "router_key": [], "aspa": []}
-    roas = doc.get("roas", [])
-    if not isinstance(roas, list):
-        raise FormatError("'roas' must be a list")
-    out["vrp"] = roas
+Section = tuple[str, str, list[Any]]  # (kind, label as written in the document, entries)
+
+
+def _list(doc: dict[str, Any], name: str, label: str) -> list[Any] | None:
+    value = doc.get(name)
+    if value is not None and not isinstance(value, list):
+        raise FormatError(f"'{label}' must be a list")
+    return value
+
+
+def _sections(doc: dict[str, Any]) -> list[Section]:
+    """The payload arrays of a document, whatever shape it has, labelled as written."""
+    out: list[Section] = [("vrp", "roas", _list(doc, "roas", "roas") or [])]
     for name in ("bgpsec_keys", "routerKeys", "router-keys"):
-        keys = doc.get(name)
+        keys = _list(doc, name, name)
         if keys is not None:
-            if not isinstance(keys, list):
-                raise FormatError(f"'{name}' must be a list")
-            out["router_key"].extend(keys)
-    aspas = doc.get("aspas")
+            out.append(("router_key", name, keys))
+    aspas = _list(doc, "aspas", "aspas")
     if aspas is not None:
-        if not isinstance(aspas, list):
-            raise FormatError("'aspas' must be a list")
-        out["aspa"].extend(aspas)
+        out.append(("aspa", "aspas", aspas))
     legacy = doc.get("provider_authorizations")
     if legacy is not None:
         if not isinstance(legacy, dict):
             raise FormatError("'provider_authorizations' must be an object")
         for afi in ("ipv4", "ipv6"):
-            entries = legacy.get(afi, [])
-            if not isinstance(entries, list):
-                raise FormatError(f"'provider_authorizations.{afi}' must be a list")
-            out["aspa"].extend(entries)
+            label = f"provider_authorizations.{afi}"
+            out.append(("aspa", label, _list(legacy, afi, label) or []))
+    fort = doc.get("aspa")
+    if isinstance(fort, dict):
+        # FORT: {"aspa": {"64496": [64497, 64498]}}, a map keyed by customer ASN.
+        out.append(("aspa", "aspa", [{"customer": c, "providers": p} for c, p in fort.items()]))
     return out
 
 
@@ -421,18 +430,19 @@ def parse_export(
     def hook(obj: dict[str, Any]) -> object:
         try:
             return fast.hook(obj)
-        except PayloadError as exc:
-            kind = "vrp" if "prefix" in obj else "aspa" if "providers" in obj else "router_key"
-            raise FormatError(f"{fast.current(kind)}: {exc}") from None
-        except (KeyError, TypeError, AttributeError) as exc:
-            raise FormatError(f"malformed entry {obj!r:.200}: {exc}") from None
+        except (PayloadError, KeyError, TypeError, AttributeError, ValueError):
+            # Leave it be: if it sits in a payload section the check below sends the document
+            # down the slow path, which names the entry; anywhere else it is ignored.
+            return obj
 
     doc = _loads(data, hook)
     sections = _sections(doc)
     markers = {"vrp": _VRP, "router_key": _KEY, "aspa": _ASPA}
-    if all(
-        len(items) == fast.counts[kind] and items.count(markers[kind]) == len(items)
-        for kind, items in sections.items()
+    seen = {"vrp": 0, "router_key": 0, "aspa": 0}
+    for kind, _, items in sections:
+        seen[kind] += len(items)
+    if seen == fast.counts and all(
+        items.count(markers[kind]) == len(items) for kind, _, items in sections
     ):
         return fast.payload(_generated(doc))
     # Payload-shaped objects were not all where expected (or some entry is incomplete):
@@ -467,23 +477,20 @@ def _slow_path(doc: dict[str, Any], max_aspa_providers: int) -> SourcePayload:
         "aspa": slow.add_aspa,
     }
     required = {"vrp": ("prefix", "asn"), "router_key": ("asn",), "aspa": ("providers",)}
-    for kind, items in _sections(doc).items():
+    for kind, label, items in _sections(doc):
         add = adders[kind]
-        for item in items:
+        for index, item in enumerate(items):
             if not isinstance(item, dict) or not all(f in item for f in required[kind]):
                 raise FormatError(
-                    f"{_label(kind)}[{slow.counts[kind]}]: missing "
-                    f"{' or '.join(required[kind])}: {item!r:.200}"
+                    f"{label}[{index}]: missing {' or '.join(required[kind])}: {item!r:.200}"
                 )
             try:
                 add(item)
             except PayloadError as exc:
-                raise FormatError(f"{slow.current(kind)}: {exc}") from None
+                raise FormatError(f"{label}[{index}]: {exc}") from None
+            except (KeyError, TypeError, AttributeError, ValueError) as exc:
+                raise FormatError(f"{label}[{index}]: malformed entry: {exc}") from None
     return slow.payload(_generated(doc))
-
-
-def _label(kind: str) -> str:
-    return {"vrp": "roas", "router_key": "bgpsec_keys", "aspa": "aspas"}[kind]
 
 
 def parse_entries(entries: Iterable[dict[str, Any]]) -> SourcePayload:

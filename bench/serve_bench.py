@@ -1,0 +1,268 @@
+"""Benchmark (run by hand): rtr-serve against StayRTR serving the real table to RTR v1 clients.
+
+Both servers get the same current copy of the real table (made with ../shared/tools/
+shift_times.py, since StayRTR drops expired entries) and the same client, in the same run:
+
+* start-to-serving: process start until a Reset Query returns the whole table;
+* one full v1 dump (best of 3), then 10 and 50 concurrent full dumps (wall time);
+* peak RSS of the server process (VmHWM);
+* rtr-serve only: memory per idle session (1,000 connections that did a Reset Query and stay).
+
+    .venv/bin/python bench/serve_bench.py [--data DIR] [--skip-stayrtr] [--idle 1000]
+
+Needs StayRTR from Debian (`apt-get install stayrtr`). Prints a table and the ratios.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+from anyio.abc import SocketStream
+
+ROOT = Path(__file__).resolve().parent.parent
+TABLE = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
+EXPECTED_VRPS = 723_521
+RESET_QUERY_V1 = bytes([1, 2, 0, 0, 0, 0, 0, 8])
+
+
+def free_port() -> int:
+    """A free TCP port on 127.0.0.1."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def count_pdus(data: bytes) -> dict[int, int]:
+    """PDU counts by type, walking the Length fields."""
+    counts: dict[int, int] = {}
+    offset = 0
+    while offset < len(data):
+        pdu_type = data[offset + 1]
+        counts[pdu_type] = counts.get(pdu_type, 0) + 1
+        offset += int.from_bytes(data[offset + 4 : offset + 8], "big")
+    return counts
+
+
+async def dump(port: int, *, keep: bool = False) -> tuple[int, bytes]:
+    """One Reset Query at v1; returns (bytes received, the bytes when ``keep``)."""
+    async with await anyio.connect_tcp("127.0.0.1", port) as stream:
+        await stream.send(RESET_QUERY_V1)
+        return await read_response(stream, keep=keep)
+
+
+async def read_response(stream: SocketStream, *, keep: bool) -> tuple[int, bytes]:
+    """Read until the buffer ends with a v1 End of Data PDU (24 octets, type 7)."""
+    chunks: list[bytes] = []
+    total = 0
+    tail = b""
+    while True:
+        chunk = await stream.receive(1 << 20)
+        total += len(chunk)
+        if keep:
+            chunks.append(chunk)
+        tail = (tail + chunk)[-24:]
+        if len(tail) == 24 and tail[1] == 7 and tail[4:8] == b"\x00\x00\x00\x18":
+            return total, b"".join(chunks)
+        if tail[:2] == b"\x01\x0a" and len(tail) < 24:
+            return total, b"".join(chunks)  # an error report (e.g. no data yet)
+
+
+@dataclass
+class Result:
+    """Measurements of one server."""
+
+    name: str
+    start_to_serving: float = 0.0
+    one_dump: float = 0.0
+    concurrent: dict[int, float] = field(default_factory=dict)
+    peak_rss_mib: float = 0.0
+    idle_kib_per_session: float | None = None
+
+
+def rss_kib(pid: int, key: str = "VmRSS") -> int:
+    """A memory figure of process ``pid`` from /proc (KiB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1])
+    return 0
+
+
+async def wait_serving(port: int, deadline: float) -> None:
+    """Retry Reset Queries until the whole table comes back."""
+    while time.monotonic() < deadline:
+        try:
+            _, data = await dump(port, keep=True)
+        except OSError:
+            await anyio.sleep(0.02)
+            continue
+        counts = count_pdus(data)
+        if counts.get(4, 0) + counts.get(6, 0) == EXPECTED_VRPS:
+            return
+        await anyio.sleep(0.02)
+    raise TimeoutError("server did not serve the full table in time")
+
+
+async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], idle: int) -> Result:
+    """Start one server and measure it."""
+    result = Result(name)
+    port = free_port()
+    t0 = time.monotonic()
+    proc = start(port)
+    try:
+        await wait_serving(port, t0 + 120)
+        result.start_to_serving = time.monotonic() - t0
+        best = float("inf")
+        for _ in range(3):
+            t = time.monotonic()
+            _, data = await dump(port, keep=True)
+            best = min(best, time.monotonic() - t)
+        counts = count_pdus(data)
+        assert counts.get(4, 0) + counts.get(6, 0) == EXPECTED_VRPS, counts
+        result.one_dump = best
+        for n in (10, 50):
+            t = time.monotonic()
+            async with anyio.create_task_group() as tg:
+                for _ in range(n):
+                    tg.start_soon(dump, port)
+            result.concurrent[n] = time.monotonic() - t
+        if idle:
+            result.idle_kib_per_session = await idle_sessions(proc.pid, port, idle)
+        result.peak_rss_mib = rss_kib(proc.pid, "VmHWM") / 1024
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return result
+
+
+async def idle_sessions(pid: int, port: int, count: int) -> float:
+    """Open ``count`` sessions that each do a Reset Query and then stay idle; KiB per session."""
+    await anyio.sleep(0.5)
+    before = rss_kib(pid)
+    streams: list[SocketStream] = []
+    try:
+        for _ in range(count // 50):
+            batch: list[SocketStream] = []
+
+            async def one(batch: list[SocketStream] = batch) -> None:
+                stream = await anyio.connect_tcp("127.0.0.1", port)
+                batch.append(stream)
+                await stream.send(RESET_QUERY_V1)
+                await read_response(stream, keep=False)
+
+            async with anyio.create_task_group() as tg:
+                for _ in range(50):
+                    tg.start_soon(one)
+            streams.extend(batch)
+        await anyio.sleep(1.0)
+        after = rss_kib(pid)
+    finally:
+        for stream in streams:
+            await stream.aclose()
+    return (after - before) / len(streams)
+
+
+def main() -> int:
+    """Run the comparison and print the table."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", type=Path, default=ROOT.parent / "shared/data")
+    parser.add_argument("--skip-stayrtr", action="store_true")
+    parser.add_argument("--idle", type=int, default=1000, help="idle sessions to open (0: skip)")
+    args = parser.parse_args()
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    tmp = Path(tempfile.mkdtemp(prefix="rtr-bench-"))
+    current = tmp / "current.json"
+    subprocess.run(
+        [
+            sys.executable,
+            str(ROOT.parent / "shared/tools/shift_times.py"),
+            str(args.data / TABLE),
+            str(current),
+        ],
+        check=True,
+    )
+
+    def start_ours(port: int) -> subprocess.Popen[bytes]:
+        exe = Path(sys.executable).with_name("rtr-serve")
+        return subprocess.Popen(
+            [
+                str(exe),
+                "--source",
+                str(current),
+                "--listen",
+                f"127.0.0.1:{port}",
+                "--log-level",
+                "warning",
+            ],
+            preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)),  # noqa: PLW1509
+        )
+
+    def start_stayrtr(port: int) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(
+            [
+                "stayrtr",
+                "-bind",
+                f"127.0.0.1:{port}",
+                "-cache",
+                str(current),
+                "-metrics.addr",
+                f"127.0.0.1:{free_port()}",
+                "-protocol",
+                "1",
+                "-loglevel",
+                "error",
+                "-log.verbose=false",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    results = [anyio.run(measure, "rtr-serve", start_ours, args.idle)]
+    if not args.skip_stayrtr:
+        if shutil.which("stayrtr") is None:
+            print("stayrtr not installed (apt-get install stayrtr)")
+            return 2
+        results.append(anyio.run(measure, "stayrtr", start_stayrtr, 0))
+    shutil.rmtree(tmp, ignore_errors=True)
+    print(
+        f"\n{'server':<10} {'start s':>8} {'1 dump s':>9} {'10 dumps s':>11} {'50 dumps s':>11} {'peak RSS MiB':>13}"
+    )
+    for r in results:
+        print(
+            f"{r.name:<10} {r.start_to_serving:8.2f} {r.one_dump:9.3f} {r.concurrent[10]:11.2f} "
+            f"{r.concurrent[50]:11.2f} {r.peak_rss_mib:13.0f}"
+        )
+    ours = results[0]
+    if ours.idle_kib_per_session is not None:
+        print(
+            f"rtr-serve idle session memory: {ours.idle_kib_per_session:.1f} KiB each ({args.idle} sessions)"
+        )
+    if len(results) == 2:
+        theirs = results[1]
+        print(
+            "\nratios rtr-serve / stayrtr (targets: 50-router <= 0.1, one dump <= 0.3, start <= 0.7, RSS <= 0.5)"
+        )
+        print(f"  50-router fan-out {ours.concurrent[50] / theirs.concurrent[50]:.3f}")
+        print(f"  10-router fan-out {ours.concurrent[10] / theirs.concurrent[10]:.3f}")
+        print(f"  one dump          {ours.one_dump / theirs.one_dump:.3f}")
+        print(f"  start-to-serving  {ours.start_to_serving / theirs.start_to_serving:.3f}")
+        print(f"  peak RSS          {ours.peak_rss_mib / theirs.peak_rss_mib:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
