@@ -24,6 +24,7 @@ from rtr_server.protocol import (
     NEED_DATA,
     Close,
     ErrorCode,
+    PduType,
     Send,
     SendDelta,
     SendFull,
@@ -150,9 +151,12 @@ class RtrConnection:
                 for chunk in chunks:
                     await self._write(chunk)
                 session.response_sent()
-                server.response_sent(self, action)
+                server.response_sent(self, action, sum(map(len, chunks)))
             elif isinstance(action, Send):
                 self._count_error(action.data)
+                if len(action.data) >= 2 and action.data[1] == PduType.CACHE_RESET:
+                    server.stats.cache_resets += 1
+                    log.info("router %s: serial query answered with Cache Reset", self.peer)
                 await self._write(action.data)
             elif isinstance(action, Close):
                 self.close_reason = action.reason

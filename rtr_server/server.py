@@ -41,6 +41,7 @@ class ServerStats:
     accept_errors: int = 0
     reset_queries: int = 0
     serial_queries: int = 0
+    cache_resets: int = 0
     notifies: int = 0
     notify_rounds: int = 0
     bytes_sent: int = 0
@@ -70,8 +71,36 @@ class RtrServer:
         if self._published is not None:
             self._published.set()
 
-    def response_sent(self, connection: RtrConnection, action: SendFull | SendDelta) -> None:
-        """Called by a connection after it wrote a full or delta response."""
+    def response_sent(
+        self, connection: RtrConnection, action: SendFull | SendDelta, size: int
+    ) -> None:
+        """Called by a connection after it wrote a full or delta response of ``size`` octets."""
+        state = action.state
+        if isinstance(action, SendFull):
+            log.info(
+                "router %s: reset query v%d -> full table, serial %s (%d bytes)",
+                connection.peer,
+                action.version,
+                state.serial,
+                size,
+            )
+        else:
+            counts = action.delta.counts()
+            log.info(
+                "router %s: serial query v%d from serial %s -> delta to serial %s "
+                "(+%d/-%d VRPs, +%d/-%d router keys, %d/%d ASPA announce/withdraw; %d bytes)",
+                connection.peer,
+                action.version,
+                action.from_serial,
+                state.serial,
+                counts["vrp_announce"],
+                counts["vrp_withdraw"],
+                counts["router_key_announce"],
+                counts["router_key_withdraw"],
+                counts["aspa_announce"],
+                counts["aspa_withdraw"],
+                size,
+            )
 
     # ------------------------------------------------------------------ serving
     async def serve(
