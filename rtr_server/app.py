@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +31,8 @@ log = logging.getLogger(__name__)
 class AppConfig:
     """Everything `run_app` needs; built by the CLI (or a test)."""
 
-    sources: tuple[Path, ...]
+    #: File paths, or URLs once the HTTP and RTR sources exist (see `make_source`).
+    sources: tuple[str | Path, ...]
     server: ServerSettings = field(default_factory=ServerSettings)
     poll_interval: float = 10.0
     history: int = 10
@@ -44,6 +44,8 @@ class AppConfig:
     def __post_init__(self) -> None:
         if not self.sources:
             raise ValueError("at least one --source is needed")
+        for spec in self.sources:
+            check_source_spec(spec)
         if self.poll_interval <= 0:
             raise ValueError("poll interval must be positive")
         if self.history < 0:
@@ -63,15 +65,7 @@ class App:
             max_entries=config.history,
             max_bytes=config.history_bytes,
         )
-        self.sources: list[Source] = [
-            FileSource(
-                path,
-                poll_interval=config.poll_interval,
-                max_aspa_providers=config.max_aspa_providers,
-                clock=clock,
-            )
-            for path in config.sources
-        ]
+        self.sources: list[Source] = [make_source(spec, config, clock) for spec in config.sources]
         self.aggregator = Aggregator(self.sources, self._on_snapshot, clock=clock)
         self.published = 0
 
@@ -133,6 +127,25 @@ async def run_app(
     await app.run(task_status=task_status)
 
 
-def source_paths(values: Sequence[str]) -> tuple[Path, ...]:
-    """Turn ``--source`` values into paths (URLs come with the HTTP source)."""
-    return tuple(Path(v) for v in values)
+def check_source_spec(spec: str | Path) -> None:
+    """Raise ValueError for a source that can never work (checked before any I/O)."""
+    text = str(spec)
+    scheme, sep, _ = text.partition("://")
+    if sep and scheme not in SCHEMES:
+        raise ValueError(f"source {text!r}: unsupported scheme {scheme!r}")
+    if not text:
+        raise ValueError("empty source")
+
+
+#: URL schemes a source may have; anything without ``://`` is a file path.
+SCHEMES: tuple[str, ...] = ()
+
+
+def make_source(spec: str | Path, config: AppConfig, clock: Clock) -> Source:
+    """The source for one ``--source`` value."""
+    return FileSource(
+        Path(spec),
+        poll_interval=config.poll_interval,
+        max_aspa_providers=config.max_aspa_providers,
+        clock=clock,
+    )

@@ -18,7 +18,7 @@ from typing import NoReturn
 import anyio
 
 from rtr_server import __version__
-from rtr_server.app import AppConfig, run_app, source_paths
+from rtr_server.app import AppConfig, run_app
 from rtr_server.protocol import MAX_VERSION, Timers
 from rtr_server.settings import ServerSettings, ShutdownNotice, parse_listen
 
@@ -244,7 +244,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
     )
     return AppConfig(
-        sources=source_paths(args.source),
+        sources=tuple(args.source),
         server=settings,
         poll_interval=args.poll_interval,
         history=args.history,
