@@ -40,12 +40,6 @@ if TYPE_CHECKING:
 
     from snapshot import Aspa, Delta, RouterKey, Serial, Snapshot
 
-#: Packed key sizes of `snapshot.model` (address, max length, prefix length, ASN).
-_V4_KEY = 10
-_V6_KEY = 22
-_V4_PDU = 20
-_V6_PDU = 32
-
 
 def _check_version(version: int) -> None:
     if type(version) is not int or not 0 <= version <= MAX_VERSION:
@@ -92,39 +86,36 @@ def encode_error_report(
 # ------------------------------------------------------------------------- payload blocks
 
 
-def _v4_block(keys: bytes, version: int, flags: int) -> bytes:
-    """IPv4 Prefix PDUs for packed 10-octet keys, in the keys' order."""
-    n = len(keys) // _V4_KEY
+def _prefix_block(keys: bytes, version: int, flags: int, address_size: int) -> bytes:
+    """IPv4 (4-octet address) or IPv6 (16) Prefix PDUs for packed keys, in the keys' order.
+
+    Key: address, max length, prefix length, ASN. PDU: 8-octet header, flags, prefix length,
+    max length, zero, address, ASN. No per-record loop: each PDU column is filled from the
+    matching key column with one extended-slice copy.
+    """
+    key_size = address_size + 6
+    pdu_size = address_size + 16
+    n = len(keys) // key_size
     if not n:
         return b""
-    template = struct.pack(">BBHIBBBB", version, PduType.IPV4_PREFIX, 0, _V4_PDU, flags, 0, 0, 0)
-    out = bytearray(template + bytes(_V4_PDU - len(template))) * n
-    # PDU: 9 prefix length, 10 max length, 12-15 address, 16-19 ASN.
-    # Key: 0-3 address, 4 max length, 5 prefix length, 6-9 ASN.
-    out[9::_V4_PDU] = keys[5::_V4_KEY]
-    out[10::_V4_PDU] = keys[4::_V4_KEY]
+    pdu_type = PduType.IPV4_PREFIX if address_size == 4 else PduType.IPV6_PREFIX
+    template = struct.pack(">BBHIBBBB", version, pdu_type, 0, pdu_size, flags, 0, 0, 0)
+    out = bytearray(template + bytes(pdu_size - len(template))) * n
+    out[9::pdu_size] = keys[address_size + 1 :: key_size]
+    out[10::pdu_size] = keys[address_size::key_size]
+    for i in range(address_size):
+        out[12 + i :: pdu_size] = keys[i::key_size]
     for i in range(4):
-        out[12 + i :: _V4_PDU] = keys[i::_V4_KEY]
-        out[16 + i :: _V4_PDU] = keys[6 + i :: _V4_KEY]
+        out[12 + address_size + i :: pdu_size] = keys[address_size + 2 + i :: key_size]
     return bytes(out)
+
+
+def _v4_block(keys: bytes, version: int, flags: int) -> bytes:
+    return _prefix_block(keys, version, flags, 4)
 
 
 def _v6_block(keys: bytes, version: int, flags: int) -> bytes:
-    """IPv6 Prefix PDUs for packed 22-octet keys, in the keys' order."""
-    n = len(keys) // _V6_KEY
-    if not n:
-        return b""
-    template = struct.pack(">BBHIBBBB", version, PduType.IPV6_PREFIX, 0, _V6_PDU, flags, 0, 0, 0)
-    out = bytearray(template + bytes(_V6_PDU - len(template))) * n
-    # PDU: 9 prefix length, 10 max length, 12-27 address, 28-31 ASN.
-    # Key: 0-15 address, 16 max length, 17 prefix length, 18-21 ASN.
-    out[9::_V6_PDU] = keys[17::_V6_KEY]
-    out[10::_V6_PDU] = keys[16::_V6_KEY]
-    for i in range(16):
-        out[12 + i :: _V6_PDU] = keys[i::_V6_KEY]
-    for i in range(4):
-        out[28 + i :: _V6_PDU] = keys[18 + i :: _V6_KEY]
-    return bytes(out)
+    return _prefix_block(keys, version, flags, 16)
 
 
 def _router_key_block(keys: Iterable[RouterKey], version: int, flags: int) -> bytes:
