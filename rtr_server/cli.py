@@ -11,9 +11,9 @@ import argparse
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import anyio
 
@@ -47,32 +47,27 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text}")
-    return value
+def _number(convert: Callable[[str], float], *, positive: bool) -> Callable[[str], Any]:
+    """An argparse type: ``convert`` the text, then require > 0 (``positive``) or >= 0."""
+
+    def parse(text: str) -> Any:
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"not a number: {text}") from None
+        if value < 0 or (positive and value == 0):
+            raise argparse.ArgumentTypeError(
+                f"must be {'positive' if positive else 'zero or more'}, got {text}"
+            )
+        return value
+
+    return parse
 
 
-def _non_negative_float(text: str) -> float:
-    value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
-
-
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text}")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
-    return value
+_positive_float = _number(float, positive=True)
+_non_negative_float = _number(float, positive=False)
+_positive_int = _number(int, positive=True)
+_non_negative_int = _number(int, positive=False)
 
 
 def _time(text: str) -> float:
