@@ -1,9 +1,17 @@
-"""Runs sources, merges their payloads (union) and hands each new complete snapshot to a callback.
+"""Runs sources in prioritised groups, picks the active group per payload kind, merges, publishes.
 
-The first snapshot is handed over once every source has made its first attempt (loaded, found
-missing, or failed), so a router is never served a half-loaded union at start. After that every
-new payload, and every moment an entry reaches its ``expires``, produces a fresh snapshot; the
-callback decides whether it differs from what is published. Building runs in a worker thread.
+Each payload kind (VRPs, ASPAs, router keys) comes from its own active group, chosen by
+`upstream.selection.GroupSelector` (failover at once, fail-back after ``failback_delay``, lower
+groups started lazily). Within a group the payloads of its synced sources are merged (union;
+ASPA union per customer). A group counts as ready only once every one of its sources has made
+its first attempt (loaded, found missing, or failed), so a router is never served a half-loaded
+union at start. Every new payload, every group change and every moment an entry reaches its
+``expires`` produces a fresh snapshot; the callback decides whether it differs from what is
+published. Merging runs in a worker thread.
+
+Sources tell what they can deliver with an optional ``capabilities`` attribute (default: every
+kind; an RTR source at v1 has no ASPA) and whether their data is still valid with an optional
+``has_data`` attribute (default: once they emitted a payload); see `Source`.
 """
 
 from __future__ import annotations
@@ -11,14 +19,17 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol
 
 import anyio
-from anyio.abc import TaskStatus
+from anyio.abc import TaskGroup, TaskStatus
 
+from snapshot.model import Aspa
 from snapshot.snapshot import Snapshot, SnapshotBuilder
 from upstream.clock import Clock, SystemClock
 from upstream.json_format import SourcePayload
+from upstream.selection import ALL_KINDS, GroupSelector, GroupSpec, PayloadKind, SourceView
 from upstream.status import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -27,6 +38,8 @@ log = logging.getLogger(__name__)
 MIN_EXPIRY_WAKE = 1.0
 #: How often readiness is re-checked while sources have not reported their first attempt.
 READY_POLL = 0.2
+#: The group made for sources given without one (``--source`` on the command line).
+IMPLICIT_GROUP = GroupSpec("default", priority=0, startup_timeout=0.0, failback_delay=0.0)
 
 
 class Source(Protocol):
@@ -40,6 +53,14 @@ class Source(Protocol):
         ...
 
 
+@dataclass(frozen=True, slots=True)
+class Group:
+    """A group spec with its sources."""
+
+    spec: GroupSpec
+    sources: tuple[Source, ...]
+
+
 def merge_at(payloads: Sequence[SourcePayload], now: int) -> Snapshot:
     """The union of the entries of ``payloads`` that are valid at ``now``."""
     snapshots = [p.snapshot_at(now) for p in payloads]
@@ -51,6 +72,25 @@ def merge_at(payloads: Sequence[SourcePayload], now: int) -> Snapshot:
     return builder.build()
 
 
+def merge_by_kind(payloads: dict[PayloadKind, list[SourcePayload]], now: int) -> Snapshot:
+    """One snapshot whose VRPs, ASPAs and router keys each come from their own payloads."""
+    merged: dict[PayloadKind, Snapshot] = {}
+    by_id: dict[tuple[int, ...], Snapshot] = {}
+    for kind, chosen in payloads.items():
+        key = tuple(id(p) for p in chosen)
+        if key not in by_id:
+            by_id[key] = merge_at(chosen, now) if chosen else Snapshot()
+        merged[kind] = by_id[key]
+    vrps = merged[PayloadKind.VRP]
+    aspas: tuple[Aspa, ...] = merged[PayloadKind.ASPA].aspas
+    return Snapshot(vrps.v4, vrps.v6, merged[PayloadKind.ROUTER_KEY].router_keys, aspas)
+
+
+def _capabilities(source: Source) -> frozenset[PayloadKind]:
+    caps = getattr(source, "capabilities", None)
+    return ALL_KINDS if caps is None else frozenset(caps)
+
+
 class Aggregator:
     """Owns the source tasks; calls ``on_snapshot`` with each rebuilt snapshot."""
 
@@ -60,61 +100,127 @@ class Aggregator:
         on_snapshot: Callable[[Snapshot], Awaitable[None]],
         *,
         clock: Clock | None = None,
+        groups: Sequence[Group] | None = None,
     ) -> None:
-        """Configure; nothing runs until `run`."""
-        names = [s.name for s in sources]
+        """Give either ``sources`` (one implicit group) or ``groups``; nothing runs until `run`."""
+        if groups is None:
+            groups = [Group(IMPLICIT_GROUP, tuple(sources))]
+        elif sources:
+            raise ValueError("give sources or groups, not both")
+        self.groups = list(groups)
+        self.sources = [s for g in self.groups for s in g.sources]
+        names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"source names must be unique: {names}")
-        self.sources = list(sources)
+        self._group_of = {s.name: g.spec.name for g in self.groups for s in g.sources}
+        self.selector = GroupSelector(g.spec for g in self.groups)
         self.on_snapshot = on_snapshot
         self.clock = clock or SystemClock()
         self.payloads: dict[str, SourcePayload] = {}
         self._changed = anyio.Event()
+        self._started: set[str] = set()
+        self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
+
+    def poke(self) -> None:
+        """Re-evaluate now (e.g. after a test moved the clock, or a source changed state)."""
+        self._changed.set()
 
     def _accept(self, name: str, payload: SourcePayload) -> None:
         self.payloads[name] = payload
         self._changed.set()
 
-    def _ready(self) -> bool:
-        return all(s.status.attempted for s in self.sources)
+    def _has_data(self, source: Source) -> bool:
+        flag = getattr(source, "has_data", None)
+        return source.name in self.payloads if flag is None else bool(flag)
+
+    def _views(self) -> list[SourceView]:
+        views: list[SourceView] = []
+        for group in self.groups:
+            all_attempted = all(s.status.attempted for s in group.sources)
+            views.extend(
+                SourceView(
+                    s.name,
+                    group.spec.name,
+                    _capabilities(s),
+                    all_attempted and self._has_data(s),
+                )
+                for s in group.sources
+            )
+        return views
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the sources and the merge loop until cancelled."""
+        """Run the groups' sources (as they are needed) and the merge loop until cancelled."""
         async with anyio.create_task_group() as tg:
-            for source in self.sources:
-                tg.start_soon(source.run, self._accept, name=f"source {source.name}")
             task_status.started()
-            await self._merge_loop()
+            await self._merge_loop(tg)
 
-    async def _merge_loop(self) -> None:
+    def _start_groups(self, tg: TaskGroup, names: Sequence[str]) -> None:
+        for group in self.groups:
+            if group.spec.name in names and group.spec.name not in self._started:
+                self._started.add(group.spec.name)
+                log.info(
+                    "starting group %s (priority %d): %s",
+                    group.spec.name,
+                    group.spec.priority,
+                    ", ".join(s.name for s in group.sources),
+                )
+                for source in group.sources:
+                    tg.start_soon(source.run, self._accept, name=f"source {source.name}")
+
+    async def _merge_loop(self, tg: TaskGroup) -> None:
         announced_wait = False
-        delay = math.inf
+        delay = 0.0
         while True:
             with anyio.move_on_after(delay):
                 await self._changed.wait()
             self._changed = anyio.Event()
-            if not self._ready():
-                if not announced_wait:
-                    pending = [s.name for s in self.sources if not s.status.attempted]
-                    log.info("waiting for the first attempt of: %s", ", ".join(pending))
+            decision = self.selector.update(self.clock.monotonic(), self._views())
+            self._start_groups(tg, decision.started)
+            for line in decision.changes:
+                log.info("%s", line)
+            self.active = decision.active
+            waits = [READY_POLL if self._starting() else math.inf]
+            if decision.next_wake is not None:
+                waits.append(max(0.0, decision.next_wake - self.clock.monotonic()))
+            if self.builds == 0 and all(group is None for group in decision.active.values()):
+                # Nothing was ever published: routers keep getting No Data Available. (Once
+                # something was, losing every group publishes the empty set: data is withdrawn.)
+                if not announced_wait and not self._starting():
+                    log.warning("no group has data yet; routers get No Data Available")
                     announced_wait = True
-                # A source reports an attempt without emitting (a missing file): re-check soon.
-                delay = READY_POLL
-                continue
-            if not self.payloads:
-                log.warning("no source has data yet; routers get No Data Available")
-                delay = math.inf  # a source's first payload sets the event
+                delay = min(waits)
                 continue
             now = int(self.clock.wall())
-            payloads = list(self.payloads.values())
-            snapshot = await anyio.to_thread.run_sync(merge_at, payloads, now)
+            chosen = {
+                kind: self._payloads_of(group, kind) for kind, group in decision.active.items()
+            }
+            snapshot = await anyio.to_thread.run_sync(merge_by_kind, chosen, now)
             self.builds += 1
-            expiries = [e for p in payloads if (e := p.earliest_expiry_after(now)) is not None]
-            next_expiry = min(expiries, default=None)
-            delay = (
-                math.inf
-                if next_expiry is None
-                else max(MIN_EXPIRY_WAKE, next_expiry - self.clock.wall())
-            )
+            used = {id(p): p for ps in chosen.values() for p in ps}.values()
+            expiries = [e for p in used if (e := p.earliest_expiry_after(now)) is not None]
+            if expiries:
+                waits.append(max(MIN_EXPIRY_WAKE, min(expiries) - self.clock.wall()))
+            delay = min(waits)
             await self.on_snapshot(snapshot)
+
+    def _starting(self) -> bool:
+        """Some started source has not made its first attempt yet."""
+        return any(
+            not s.status.attempted
+            for g in self.groups
+            if g.spec.name in self._started
+            for s in g.sources
+        )
+
+    def _payloads_of(self, group: str | None, kind: PayloadKind) -> list[SourcePayload]:
+        if group is None:
+            return []
+        return [
+            self.payloads[s.name]
+            for s in self.sources
+            if self._group_of[s.name] == group
+            and kind in _capabilities(s)
+            and self._has_data(s)
+            and s.name in self.payloads
+        ]
