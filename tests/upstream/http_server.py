@@ -1,0 +1,138 @@
+"""A scripted HTTP/1.1 server on 127.0.0.1 in a background thread, for the HTTP source tests.
+
+Each request takes the next `Reply` of the script (the last one repeats once the script is used
+up; an empty script answers 404). Every request is recorded with its headers, and a client that
+goes away while a body is being written is counted in `ScriptedServer.disconnects`.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: Mapping[str, str] = field(default_factory=dict)
+    #: Seconds to wait before the status line.
+    delay: float = 0.0
+    #: Write the body in pieces of this size (0: in one piece) ...
+    piece: int = 0
+    #: ... with this pause between pieces.
+    pause: float = 0.0
+    #: Repeat ``body`` until the client goes away (or ``length`` bytes are sent).
+    endless: bool = False
+    #: Content-Length to announce; None: ``len(body)``, or none at all (and close) if endless.
+    length: int | None = None
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One request as received (header names in lower case)."""
+
+    path: str
+    headers: dict[str, str]
+
+
+class ScriptedServer:
+    """The server; `close` stops it (pending sleeps of slow replies end at once)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._script: list[Reply] = []
+        self.requests: list[Seen] = []
+        self.disconnects = 0
+        self.body_bytes_sent = 0
+        self.stopping = threading.Event()
+        scripted = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+            timeout = 10
+
+            def do_GET(self) -> None:
+                scripted._serve(self)
+
+            def log_message(self, fmt: str, *args: Any) -> None:
+                pass
+
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.01,), daemon=True)
+        self._thread.start()
+
+    def url(self, path: str = "/export.json") -> str:
+        return f"http://127.0.0.1:{self.port}{path}"
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._script = list(replies)
+
+    def close(self) -> None:
+        self.stopping.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        self._thread.join(5)
+
+    def _next(self, seen: Seen) -> Reply:
+        with self._lock:
+            self.requests.append(seen)
+            if not self._script:
+                return Reply(404, b"not found")
+            return self._script.pop(0) if len(self._script) > 1 else self._script[0]
+
+    def _serve(self, handler: BaseHTTPRequestHandler) -> None:
+        reply = self._next(Seen(handler.path, {k.lower(): v for k, v in handler.headers.items()}))
+        if reply.delay and self.stopping.wait(reply.delay):
+            handler.close_connection = True
+            return
+        try:
+            handler.send_response(reply.status)
+            for name, value in reply.headers.items():
+                handler.send_header(name, value)
+            if reply.status == 304:
+                handler.end_headers()
+                return
+            if reply.length is not None:
+                handler.send_header("Content-Length", str(reply.length))
+            elif reply.endless:
+                handler.send_header("Connection", "close")
+                handler.close_connection = True
+            else:
+                handler.send_header("Content-Length", str(len(reply.body)))
+            handler.end_headers()
+            handler.wfile.flush()
+            self._write_body(handler, reply)
+        except (BrokenPipeError, ConnectionResetError):
+            handler.close_connection = True
+            with self._lock:
+                self.disconnects += 1
+
+    def _write_body(self, handler: BaseHTTPRequestHandler, reply: Reply) -> None:
+        limit = reply.length if reply.endless else None
+        step = reply.piece or len(reply.body) or 1
+        sent = 0
+        while True:
+            for start in range(0, len(reply.body), step):
+                piece = reply.body[start : start + step]
+                if limit is not None:
+                    piece = piece[: limit - sent]
+                    if not piece:
+                        return
+                handler.wfile.write(piece)
+                handler.wfile.flush()
+                sent += len(piece)
+                with self._lock:
+                    self.body_bytes_sent += len(piece)
+                if reply.pause and self.stopping.wait(reply.pause):
+                    return
+            if not reply.endless or self.stopping.is_set():
+                return

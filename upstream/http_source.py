@@ -1,0 +1,799 @@
+"""A JSON export fetched over HTTP(S), polled with conditional requests, parsed off the loop.
+
+Contract:
+
+* **Configuration before I/O.** `parse_http_url` and the `HttpSource` constructor raise
+  `ValueError` for a URL that can never work (scheme other than http/https, no host, a port
+  outside 1–65535, credentials in the URL, blanks or control characters) and for bad options;
+  neither touches the network.
+* **Conditional polling.** Each poll sends ``If-None-Match`` / ``If-Modified-Since`` with the
+  validators of the last complete response. A ``304``, or a ``200`` whose body (after undoing any
+  Content-Encoding) has the SHA-256 of the content in force, emits nothing: no expiry is
+  refreshed, the poll is only recorded in `status`.
+* **Bounded work.** The body is streamed and counted as it arrives; more than ``max_bytes`` raw
+  bytes, more than ``max_bytes`` after undoing gzip/deflate Content-Encoding, or more than
+  ``max_bytes`` after undoing a gzip/bzip2/xz body (in the worker thread) aborts the update.
+  Connect and read timeouts apply per operation, ``total_timeout`` to the whole exchange
+  (redirects and body included). Decompression of the body and `parse_export` run in a worker
+  thread.
+* **Failure classes** (``status.errors`` keys, also named in the log line):
+
+  ``environment``
+      the network, TLS, a timeout, ``5xx``, ``408`` or ``429``: retried with exponential backoff
+      and jitter (``retry_initial`` · 2ⁿ, capped at ``retry_max``, at least a ``Retry-After``),
+      reset by the next success;
+  ``http``
+      any other unexpected status (``4xx``, a redirect loop, an unsupported Content-Encoding):
+      the publisher's or operator's problem, retried at ``poll_interval``;
+  ``size``
+      the body exceeds ``max_bytes``; retried at ``poll_interval``;
+  ``format``
+      the body is not a valid export: this update is rejected with the reason and the data in
+      force stays (nothing is emitted); the same bytes are not parsed again.
+
+* **Secrets.** ``headers`` (an auth token, say) are sent only to the origin of the configured
+  URL — dropped when a redirect leads elsewhere — and never appear in logs, error messages,
+  `status` or ``repr``.
+* **Redirects** are followed (at most `MAX_REDIRECTS`), never from https to plain http.
+* **Ownership.** `run` creates its `httpx.AsyncClient` and closes it when it ends, cancelled or
+  not; an injected ``client`` belongs to the caller and is never closed here (its TLS and proxy
+  settings then apply; timeouts and headers are still set per request). Every response is
+  closed on every path: success, error, size limit and cancellation.
+"""
+
+from __future__ import annotations
+
+import bz2
+import email.utils
+import hashlib
+import ipaddress
+import logging
+import lzma
+import random
+import re
+import ssl
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from functools import cache
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Final, Protocol
+
+import anyio
+import httpx
+
+from upstream.clock import Clock, SystemClock
+from upstream.json_format import (
+    DEFAULT_MAX_ASPA_PROVIDERS,
+    FormatError,
+    SourcePayload,
+    parse_export,
+)
+from upstream.status import SourceState, SourceStatus
+
+log = logging.getLogger(__name__)
+
+PayloadSink = Callable[[str, SourcePayload], None]
+
+#: Default cap on the body, raw and decoded (real full exports are 60–80 MB of JSON).
+DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
+#: Redirect hops followed before the poll fails (class ``http``).
+MAX_REDIRECTS: Final = 5
+#: Statuses that are the environment's fault, retried with backoff besides 5xx.
+RETRY_STATUSES: Final = frozenset({408, 429})
+REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
+#: Headers the source sets itself; ``headers`` may not override them.
+RESERVED_HEADERS: Final = frozenset(
+    {
+        "host",
+        "if-none-match",
+        "if-modified-since",
+        "accept-encoding",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "range",
+    }
+)
+#: Decompressors never hand back more than this at once, so size caps are checked in steps.
+_STEP: Final = 1 << 20
+_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_HOSTNAME = re.compile(r"[A-Za-z0-9_.-]+")
+_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
+
+
+@cache
+def user_agent() -> str:
+    """``rtr-serve/<version>`` (``unknown`` when the distribution metadata is not installed)."""
+    try:
+        release = version("rtr-serve")
+    except PackageNotFoundError:
+        release = "unknown"
+    return f"rtr-serve/{release}"
+
+
+@cache
+def _default_ssl_context() -> ssl.SSLContext:
+    # httpx's own default (certifi, or SSL_CERT_FILE / SSL_CERT_DIR); built once, shared.
+    return httpx.create_ssl_context()
+
+
+def _redacted(url: str) -> str:
+    return _USERINFO.sub(r"\1***@", url)
+
+
+def parse_http_url(url: str) -> httpx.URL:
+    """Check a source URL without any I/O.
+
+    Raises:
+        ValueError: not ``http``/``https``, no host, a bad port, user info (credentials belong
+            in ``headers``, which are never logged), blanks or control characters.
+    """
+    if not url or any(c.isspace() or not c.isprintable() for c in url):
+        raise ValueError(f"bad source URL {_redacted(url)!r}: blanks or control characters")
+    try:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as exc:
+        raise ValueError(f"bad source URL {_redacted(url)!r}: {exc}") from None
+    if parsed.scheme not in _DEFAULT_PORTS:
+        raise ValueError(
+            f"bad source URL {_redacted(url)!r}: scheme must be http or https, "
+            f"not {parsed.scheme!r}"
+        )
+    if parsed.userinfo:
+        raise ValueError(
+            f"bad source URL {_redacted(url)!r}: credentials in the URL would be logged; "
+            "pass them as a header instead"
+        )
+    host = parsed.host
+    if not host:
+        raise ValueError(f"bad source URL {_redacted(url)!r}: no host")
+    if ":" in host:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ValueError(f"bad source URL {url!r}: bad IPv6 address {host!r}") from None
+    elif not _HOSTNAME.fullmatch(parsed.raw_host.decode("ascii", "replace")):
+        raise ValueError(f"bad source URL {url!r}: bad host name {host!r}")
+    if parsed.port is not None and not 1 <= parsed.port <= 65535:
+        raise ValueError(f"bad source URL {url!r}: port {parsed.port} is not in 1-65535")
+    return parsed
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int]:
+    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme, 0)
+
+
+class _SecretHeaders:
+    """Extra request headers whose values must never be shown (repr included)."""
+
+    __slots__ = ("items",)
+
+    def __init__(self, headers: Mapping[str, str] | None) -> None:
+        items: list[tuple[str, str]] = []
+        for name, value in (headers or {}).items():
+            if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+                raise ValueError(f"bad header name {name!r}")
+            if name.lower() in RESERVED_HEADERS:
+                raise ValueError(f"header {name!r} is set by the source itself")
+            # The value is never quoted back: it may be the very secret. (h11 would refuse it
+            # later, with the value in its message.)
+            if (
+                not isinstance(value, str)
+                or not all(" " <= c <= "~" or c == "\t" for c in value)
+                or value != value.strip(" \t")
+            ):
+                raise ValueError(
+                    f"header {name!r}: the value must be printable ASCII without blanks at "
+                    "either end"
+                )
+            items.append((name, value))
+        self.items: tuple[tuple[str, str], ...] = tuple(items)
+
+    def scrub(self, text: str) -> str:
+        """``text`` without the header values (a server may echo a token back in a body).
+
+        Whole values go, and so do their longer words (the token of ``Bearer <token>``).
+        """
+        for _, value in self.items:
+            for secret in (value, *value.split()):
+                if len(secret) >= 8:
+                    text = text.replace(secret, "***")
+        return text
+
+    def __repr__(self) -> str:
+        return f"<{len(self.items)} secret header(s)>"
+
+
+class _PollError(Exception):
+    """One failed poll: its class and a message that holds no secret."""
+
+    def __init__(self, error_class: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.retry_after = retry_after
+
+
+@asynccontextmanager
+async def _closing(iterator: AsyncIterator[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
+    """``aclosing`` for an iterator that may be an async generator (httpx's are).
+
+    This closes only the outermost one: httpx/httpcore nest further generators, which the
+    garbage collector finalises (trio warns about them; encode/httpx#3686). The connection
+    itself is closed at once by leaving ``client.stream``.
+    """
+    try:
+        yield iterator
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------- bounded decompression
+
+
+class _Decompressor(Protocol):
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+
+
+class _ContentDecoder:
+    """Undo one gzip or deflate Content-Encoding step, in pieces of at most `_STEP` bytes."""
+
+    def __init__(self, encoding: str) -> None:
+        self.encoding = encoding
+        wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
+        self._obj = zlib.decompressobj(wbits)
+        self._started = False
+
+    def feed(self, data: bytes) -> Iterator[bytes]:
+        while data and not self._obj.eof:
+            try:
+                out = self._obj.decompress(data, _STEP)
+            except zlib.error as exc:
+                if self.encoding == "deflate" and not self._started:
+                    # "deflate" is often sent raw, without the zlib wrapper (as httpx allows).
+                    self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
+                    self._started = True
+                    continue
+                raise _PollError(
+                    "format", f"corrupt {self.encoding} Content-Encoding: {exc}"
+                ) from None
+            self._started = True
+            data = self._obj.unconsumed_tail
+            if out:
+                yield out
+        # Data after the end of the compressed stream is ignored (as httpx does).
+
+    def flush(self) -> Iterator[bytes]:
+        while not self._obj.eof:
+            out = self._obj.decompress(b"", _STEP)
+            if not out:
+                if self.encoding == "deflate":
+                    return  # deflate without its end marker is tolerated (as httpx does)
+                raise _PollError("format", f"truncated {self.encoding} Content-Encoding")
+            yield out
+
+
+def _content_decoders(header: str | None) -> list[_ContentDecoder]:
+    """Decoders in the order to apply them (the reverse of the header's)."""
+    decoders = []
+    for token in reversed((header or "").split(",")):
+        encoding = token.strip().lower()
+        if encoding in ("", "identity"):
+            continue
+        if encoding not in ("gzip", "x-gzip", "deflate"):
+            raise _PollError("http", f"unsupported Content-Encoding {encoding[:40]!r}")
+        decoders.append(_ContentDecoder(encoding))
+    return decoders
+
+
+def _decode(decoders: Sequence[_ContentDecoder], data: bytes) -> Iterator[bytes]:
+    if not decoders:
+        if data:
+            yield data
+        return
+    for piece in decoders[0].feed(data):
+        yield from _decode(decoders[1:], piece)
+
+
+def _decode_flush(decoders: Sequence[_ContentDecoder]) -> Iterator[bytes]:
+    for i, decoder in enumerate(decoders):
+        for piece in decoder.flush():
+            yield from _decode(decoders[i + 1 :], piece)
+
+
+def _too_large(limit: int, what: str) -> _PollError:
+    return _PollError("size", f"{what} exceeds the limit of {limit} bytes")
+
+
+def _decompress_bounded(data: bytes, limit: int) -> bytes:
+    """`json_format.decompress` (same magic numbers, same members) with an output cap.
+
+    Raises:
+        FormatError: corrupt or truncated compressed data.
+        _PollError: class ``size`` once the output would exceed ``limit``.
+    """
+    if data[:2] == b"\x1f\x8b":
+        kind, magic = "gzip", data[:2]
+    elif data[:3] == b"BZh":
+        kind, magic = "bzip2", data[:3]
+    elif data[:6] == b"\xfd7zXZ\x00":
+        kind, magic = "xz", data[:6]
+    else:
+        return data
+    out: list[bytes] = []
+    total = 0
+    rest = data
+    try:
+        while rest:
+            obj: _Decompressor
+            if kind == "gzip":
+                zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                obj, pieces = zobj, _zlib_pieces(zobj, rest)
+            elif kind == "bzip2":
+                bobj = bz2.BZ2Decompressor()
+                obj, pieces = bobj, _stream_pieces(bobj, rest)
+            else:
+                xobj = lzma.LZMADecompressor()
+                obj, pieces = xobj, _stream_pieces(xobj, rest)
+            for piece in pieces:
+                total += len(piece)
+                if total > limit:
+                    raise _too_large(limit, f"decompressed {kind} body")
+                out.append(piece)
+            if not obj.eof:
+                raise FormatError(f"corrupt compressed data: truncated {kind} stream")
+            rest = obj.unused_data
+            if rest and not rest.startswith(magic):
+                if rest.strip(b"\0"):
+                    raise FormatError(f"corrupt compressed data: garbage after the {kind} stream")
+                break
+    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as exc:
+        if isinstance(exc, FormatError):
+            raise
+        raise FormatError(f"corrupt compressed data: {exc}") from None
+    return b"".join(out)
+
+
+def _zlib_pieces(obj: zlib._Decompress, data: bytes) -> Iterator[bytes]:
+    while not obj.eof:
+        out = obj.decompress(data, _STEP)
+        data = obj.unconsumed_tail
+        if not out and not data:
+            return
+        yield out
+
+
+class _StreamDecompressor(_Decompressor, Protocol):
+    @property
+    def needs_input(self) -> bool: ...
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
+
+
+def _stream_pieces(obj: _StreamDecompressor, data: bytes) -> Iterator[bytes]:
+    out = obj.decompress(data, max_length=_STEP)
+    while True:
+        yield out
+        if obj.eof or obj.needs_input:
+            return
+        out = obj.decompress(b"", max_length=_STEP)
+
+
+# ---------------------------------------------------------------- worker-thread step
+
+
+@dataclass(frozen=True, slots=True)
+class _Parsed:
+    digest: bytes
+    payload: SourcePayload | None = None
+    failure: _PollError | None = None
+
+
+def _digest_and_parse(
+    chunks: list[bytes], known: tuple[bytes | None, ...], limit: int, max_aspa_providers: int
+) -> _Parsed:
+    """Hash the body; unless the hash is ``known``, decompress and parse it (worker thread)."""
+    sha = hashlib.sha256()
+    for chunk in chunks:
+        sha.update(chunk)
+    digest = sha.digest()
+    if digest in known:
+        return _Parsed(digest)
+    data = b"".join(chunks)
+    chunks.clear()
+    try:
+        data = _decompress_bounded(data, limit)
+        return _Parsed(digest, parse_export(data, max_aspa_providers=max_aspa_providers))
+    except FormatError as exc:
+        return _Parsed(digest, failure=_PollError("format", str(exc)))
+    except _PollError as failure:
+        return _Parsed(digest, failure=failure)
+
+
+# ---------------------------------------------------------------- the source
+
+
+@dataclass(slots=True)
+class _Response:
+    """A 200 (body read in full) or a 304 (no body)."""
+
+    status: int
+    etag: str | None = None
+    last_modified: str | None = None
+    chunks: list[bytes] | None = None
+    raw_bytes: int = 0
+    size: int = 0
+
+
+class HttpSource:
+    """Polls one URL every ``poll_interval`` seconds and emits each new valid payload."""
+
+    kind = "http"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None = None,
+        poll_interval: float = 10.0,
+        max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS,
+        clock: Clock | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        connect_timeout: float = 10.0,
+        read_timeout: float = 30.0,
+        total_timeout: float = 120.0,
+        ca_file: str | Path | None = None,
+        verify: bool = True,
+        headers: Mapping[str, str] | None = None,
+        retry_initial: float = 1.0,
+        retry_max: float = 300.0,
+        client: httpx.AsyncClient | None = None,
+    ) -> None:
+        """Check the configuration (`ValueError` when it can never work); no network I/O.
+
+        ``ca_file`` (PEM) replaces the default trust store; it is read here, so a missing or
+        broken file is reported at once. ``client``, if given, is used and never closed.
+        """
+        self.url = parse_http_url(url)
+        for option, value in (
+            ("poll_interval", poll_interval),
+            ("connect_timeout", connect_timeout),
+            ("read_timeout", read_timeout),
+            ("total_timeout", total_timeout),
+            ("retry_initial", retry_initial),
+            ("max_bytes", max_bytes),
+        ):
+            if not value > 0:
+                raise ValueError(f"{option} must be positive")
+        if not retry_max >= retry_initial:
+            raise ValueError("retry_max must not be below retry_initial")
+        self.name = name or url
+        self.poll_interval = poll_interval
+        self.max_aspa_providers = max_aspa_providers
+        self.clock = clock or SystemClock()
+        self.max_bytes = max_bytes
+        self.total_timeout = total_timeout
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.timeout = httpx.Timeout(
+            connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
+        )
+        self._headers = _SecretHeaders(headers)
+        self._origin = _origin(self.url)
+        self._verify: ssl.SSLContext | bool
+        if not verify:
+            if ca_file is not None:
+                raise ValueError("ca_file is useless with verify=False")
+            self._verify = False
+            log.warning("source %s: TLS certificates are NOT verified", self.name)
+        elif ca_file is not None:
+            try:
+                self._verify = ssl.create_default_context(cafile=str(ca_file))
+            except (OSError, ssl.SSLError) as exc:
+                raise ValueError(f"cannot use CA file {ca_file}: {exc}") from None
+        else:
+            self._verify = _default_ssl_context()
+        self._client = client
+        self.status = SourceStatus(self.name, self.kind, str(self.url))
+        #: Consecutive environment failures (the backoff exponent); reset by any other outcome.
+        self.failures = 0
+        #: The wait before the next poll chosen by `run` (poll_interval, or a backoff delay).
+        self.next_delay: float | None = None
+        # Validators of the last complete response, accepted or rejected.
+        self._etag: str | None = None
+        self._last_modified: str | None = None
+        self._last_rejected = False
+        self._digest: bytes | None = None
+        self._rejected_digest: bytes | None = None
+
+    def __repr__(self) -> str:
+        return f"HttpSource(name={self.name!r}, url={str(self.url)!r})"
+
+    async def run(self, sink: PayloadSink) -> None:
+        """Poll forever (until cancelled), calling ``sink(name, payload)`` on each new payload."""
+        async with self._client_scope() as client:
+            while True:
+                _, failure = await self._poll(client, sink)
+                if failure is None:
+                    self.failures = 0
+                    delay = self.poll_interval
+                else:
+                    delay = self._backoff(failure)
+                    self.failures += 1
+                    log.warning(
+                        "source %s: cannot fetch %s: %s; retry in %.2f s",
+                        self.name,
+                        self.url,
+                        failure.message,
+                        delay,
+                    )
+                self.next_delay = delay
+                await anyio.sleep(delay)
+
+    async def check(self, sink: PayloadSink) -> bool:
+        """One poll (with a client of its own unless one was injected); True when emitted.
+
+        Not to be called while `run` is running.
+        """
+        async with self._client_scope() as client:
+            emitted, failure = await self._poll(client, sink)
+        if failure is not None:
+            log.warning("source %s: cannot fetch %s: %s", self.name, self.url, failure.message)
+        return emitted
+
+    def _make_client(self) -> httpx.AsyncClient:
+        """The client `run` owns (proxies from the environment, as httpx does by default)."""
+        return httpx.AsyncClient(
+            verify=self._verify,
+            timeout=self.timeout,
+            follow_redirects=False,
+            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+        )
+
+    @asynccontextmanager
+    async def _client_scope(self) -> AsyncIterator[httpx.AsyncClient]:
+        if self._client is not None:
+            yield self._client
+            return
+        async with self._make_client() as client:
+            yield client
+
+    def _backoff(self, failure: _PollError) -> float:
+        ceiling = min(self.retry_max, self.retry_initial * 2.0 ** min(self.failures, 64))
+        delay = random.uniform(ceiling / 2, ceiling)
+        if failure.retry_after is not None:
+            delay = max(delay, min(failure.retry_after, self.retry_max))
+        return delay
+
+    # ------------------------------------------------------------ one poll
+
+    async def _poll(
+        self, client: httpx.AsyncClient, sink: PayloadSink
+    ) -> tuple[bool, _PollError | None]:
+        """(emitted, the environment failure to retry soon, if any)."""
+        started = self.clock.monotonic()
+        try:
+            try:
+                with anyio.fail_after(self.total_timeout):
+                    response = await self._fetch(client)
+            except TimeoutError:
+                raise _PollError(
+                    "environment", f"no complete response within {self.total_timeout:g} s"
+                ) from None
+            except (httpx.HTTPError, OSError) as exc:
+                raise _PollError("environment", _describe(exc)) from None
+        except _PollError as failure:
+            self._failed(failure)
+            if failure.error_class == "environment":
+                return False, failure
+            log.error(
+                "source %s: no update from %s (%s): %s; the previous data stays in force",
+                self.name,
+                self.url,
+                failure.error_class,
+                failure.message,
+            )
+            return False, None
+        if response.status == 304:
+            self._not_modified(response)
+            return False, None
+        assert response.chunks is not None
+        parsed = await anyio.to_thread.run_sync(
+            _digest_and_parse,
+            response.chunks,
+            (self._digest, self._rejected_digest),
+            self.max_bytes,
+            self.max_aspa_providers,
+        )
+        self._etag, self._last_modified = response.etag, response.last_modified
+        return self._evaluated(response, parsed, started, sink), None
+
+    async def _fetch(self, client: httpx.AsyncClient) -> _Response:
+        url = self.url
+        for _ in range(MAX_REDIRECTS + 1):
+            async with client.stream(
+                "GET",
+                url,
+                headers=self._request_headers(url),
+                timeout=self.timeout,
+                follow_redirects=False,
+            ) as response:
+                code = response.status_code
+                if code in REDIRECT_STATUSES:
+                    url = self._redirect_target(url, response)
+                    continue
+                if code == 304:
+                    return _Response(
+                        304,
+                        response.headers.get("etag"),
+                        response.headers.get("last-modified"),
+                    )
+                if code != 200:
+                    raise self._status_failure(response)
+                return await self._read_body(response)
+        raise _PollError("http", f"more than {MAX_REDIRECTS} redirects")
+
+    def _request_headers(self, url: httpx.URL) -> dict[str, str]:
+        headers = {
+            "User-Agent": user_agent(),
+            "Accept": "application/json, */*;q=0.5",
+            "Accept-Encoding": "gzip, deflate",
+        }
+        if self._etag is not None:
+            headers["If-None-Match"] = self._etag
+        if self._last_modified is not None:
+            headers["If-Modified-Since"] = self._last_modified
+        if _origin(url) == self._origin:
+            headers.update(self._headers.items)
+        return headers
+
+    def _redirect_target(self, url: httpx.URL, response: httpx.Response) -> httpx.URL:
+        code = response.status_code
+        location = response.headers.get("location")
+        if not location:
+            raise _PollError("http", f"HTTP {code} without a Location")
+        try:
+            target = url.join(location)
+        except httpx.InvalidURL:
+            raise _PollError("http", f"HTTP {code} to an invalid Location") from None
+        if target.scheme not in _DEFAULT_PORTS or not target.host:
+            raise _PollError("http", f"HTTP {code} to an unsupported {target.scheme!r} URL")
+        if url.scheme == "https" and target.scheme == "http":
+            raise _PollError("http", f"HTTP {code} from https to plain http refused")
+        log.debug("source %s: HTTP %d redirect to %s", self.name, code, target.host)
+        return target
+
+    def _status_failure(self, response: httpx.Response) -> _PollError:
+        code = response.status_code
+        message = f"HTTP {code} {response.reason_phrase[:80]}".rstrip()
+        if code >= 500 or code in RETRY_STATUSES:
+            return _PollError("environment", message, self._retry_after(response))
+        return _PollError("http", message)
+
+    def _retry_after(self, response: httpx.Response) -> float | None:
+        value = response.headers.get("retry-after", "").strip()
+        if value.isdigit():
+            return float(value)
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError, IndexError):
+            return None
+        return max(0.0, when.timestamp() - self.clock.wall())
+
+    async def _read_body(self, response: httpx.Response) -> _Response:
+        limit = self.max_bytes
+        declared = response.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise _too_large(limit, f"body (Content-Length {declared})")
+        etag, last_modified = response.headers.get("etag"), response.headers.get("last-modified")
+        if response.is_stream_consumed:
+            # An in-memory response (httpx.Response(content=...) from a test transport) arrives
+            # already read and decoded.
+            body = response.content
+            self.status.bytes_read += len(body)
+            if len(body) > limit:
+                raise _too_large(limit, "body")
+            return _Response(200, etag, last_modified, [body], len(body), len(body))
+        decoders = _content_decoders(response.headers.get("content-encoding"))
+        chunks: list[bytes] = []
+        raw = size = 0
+        async with _closing(response.aiter_raw()) as stream:
+            async for data in stream:
+                raw += len(data)
+                self.status.bytes_read += len(data)
+                if raw > limit:
+                    raise _too_large(limit, "body")
+                for piece in _decode(decoders, data):
+                    size += len(piece)
+                    if size > limit:
+                        raise _too_large(limit, "decoded body")
+                    chunks.append(piece)
+        for piece in _decode_flush(decoders):
+            size += len(piece)
+            if size > limit:
+                raise _too_large(limit, "decoded body")
+            chunks.append(piece)
+        return _Response(200, etag, last_modified, chunks, raw, size)
+
+    # ------------------------------------------------------------ status updates
+
+    def _failed(self, failure: _PollError) -> None:
+        """Record ``failure`` in `status`, its message scrubbed of the secret header values."""
+        failure.message = self._headers.scrub(failure.message)
+        self.status.failed(failure.error_class, failure.message, self.clock.wall())
+
+    def _not_modified(self, response: _Response) -> None:
+        if response.etag is not None:
+            self._etag = response.etag
+        if response.last_modified is not None:
+            self._last_modified = response.last_modified
+        self._unchanged("not modified")
+
+    def _unchanged(self, how: str) -> None:
+        status = self.status
+        status.attempted = True
+        if self._last_rejected:
+            status.state = SourceState.ERROR
+            log.debug("source %s: %s %s; still the rejected update", self.name, self.url, how)
+        elif status.state is not SourceState.OK and self._digest is not None:
+            status.state = SourceState.OK
+            log.info("source %s: %s %s; back to the data in force", self.name, self.url, how)
+        else:
+            log.debug("source %s: %s %s", self.name, self.url, how)
+
+    def _evaluated(
+        self, response: _Response, parsed: _Parsed, started: float, sink: PayloadSink
+    ) -> bool:
+        status = self.status
+        if parsed.failure is not None:
+            self._last_rejected = True
+            self._rejected_digest = parsed.digest
+            failure = parsed.failure
+            self._failed(failure)
+            log.error(
+                "source %s: rejected update from %s (%s): %s; the previous data stays in force",
+                self.name,
+                self.url,
+                failure.error_class,
+                failure.message,
+            )
+            return False
+        if parsed.payload is None:
+            self._last_rejected = parsed.digest == self._rejected_digest
+            if not self._last_rejected:
+                self._rejected_digest = None
+            self._unchanged("content unchanged")
+            return False
+        self._digest = parsed.digest
+        self._rejected_digest = None
+        self._last_rejected = False
+        payload = parsed.payload
+        status.state = SourceState.OK
+        status.attempted = True
+        status.last_success_wall = self.clock.wall()
+        status.records = payload.counts()
+        encoded = "" if response.size == response.raw_bytes else f", {response.raw_bytes} encoded"
+        log.info(
+            "source %s: loaded %s (%d bytes%s) in %.2f s: %s",
+            self.name,
+            self.url,
+            response.size,
+            encoded,
+            self.clock.monotonic() - started,
+            ", ".join(f"{k}={v}" for k, v in status.records.items()),
+        )
+        sink(self.name, payload)
+        return True
