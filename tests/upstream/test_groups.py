@@ -121,14 +121,16 @@ async def test_failback_waits_for_the_delay_then_switches(tmp_path: Path) -> Non
         run.jump(30)
         await run.until(lambda s: has(s, B))
         write_atomically(primary, export(A))
-        await anyio.sleep(0.5)  # the primary loads and is ready, but the backup stays active
-        run.aggregator.poke()
-        await anyio.sleep(0.2)
+        # The primary loads and is ready (a rebuild follows), but the backup stays active.
+        with anyio.fail_after(5):
+            while "a" not in run.aggregator.payloads:
+                await anyio.sleep(0.01)
+        await run.until(lambda s: has(s, B))
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
-        run.jump(299)
-        await anyio.sleep(0.2)
+        run.jump(290)
+        await run.until(lambda s: has(s, B))
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
-        run.jump(2)
+        run.jump(11)
         await run.until(lambda s: has(s, A))
         assert run.aggregator.active[PayloadKind.VRP] == "primary"
 
