@@ -38,6 +38,10 @@ log = logging.getLogger(__name__)
 MIN_EXPIRY_WAKE = 1.0
 #: How often readiness is re-checked while sources have not reported their first attempt.
 READY_POLL = 0.2
+#: Wall-clock drift against the monotonic clock tolerated before online sources are distrusted.
+DEFAULT_CLOCK_TOLERANCE = 300.0
+#: Source kinds whose data depends on a live upstream (distrusted after a clock jump).
+ONLINE = frozenset({"http", "rtr"})
 #: The group made for sources given without one (``--source`` on the command line).
 IMPLICIT_GROUP = GroupSpec("default", priority=0, startup_timeout=0.0, failback_delay=0.0)
 
@@ -63,23 +67,28 @@ class Group:
 
 def merge_at(payloads: Sequence[SourcePayload], now: int) -> Snapshot:
     """The union of the entries of ``payloads`` that are valid at ``now``."""
-    snapshots = [p.snapshot_at(now) for p in payloads]
-    if len(snapshots) == 1:
-        return snapshots[0]
-    builder = SnapshotBuilder()
-    for snap in snapshots:
-        builder.update(snap)
-    return builder.build()
+    timed = [(p, now) for p in payloads]
+    return merge_by_kind(dict.fromkeys(PayloadKind, timed))
 
 
-def merge_by_kind(payloads: dict[PayloadKind, list[SourcePayload]], now: int) -> Snapshot:
+Timed = tuple[SourcePayload, int]  # a payload and the time its entries are judged at
+
+
+def merge_by_kind(payloads: dict[PayloadKind, list[Timed]]) -> Snapshot:
     """One snapshot whose VRPs, ASPAs and router keys each come from their own payloads."""
     merged: dict[PayloadKind, Snapshot] = {}
-    by_id: dict[tuple[int, ...], Snapshot] = {}
+    by_id: dict[tuple[tuple[int, int], ...], Snapshot] = {}
     for kind, chosen in payloads.items():
-        key = tuple(id(p) for p in chosen)
+        key = tuple((id(p), now) for p, now in chosen)
         if key not in by_id:
-            by_id[key] = merge_at(chosen, now) if chosen else Snapshot()
+            snapshots = [p.snapshot_at(now) for p, now in chosen]
+            if len(snapshots) == 1:
+                by_id[key] = snapshots[0]
+            else:
+                builder = SnapshotBuilder()
+                for snap in snapshots:
+                    builder.update(snap)
+                by_id[key] = builder.build()
         merged[kind] = by_id[key]
     vrps = merged[PayloadKind.VRP]
     aspas: tuple[Aspa, ...] = merged[PayloadKind.ASPA].aspas
@@ -101,6 +110,7 @@ class Aggregator:
         *,
         clock: Clock | None = None,
         groups: Sequence[Group] | None = None,
+        clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
     ) -> None:
         """Give either ``sources`` (one implicit group) or ``groups``; nothing runs until `run`."""
         if groups is None:
@@ -117,6 +127,12 @@ class Aggregator:
         self.on_snapshot = on_snapshot
         self.clock = clock or SystemClock()
         self.payloads: dict[str, SourcePayload] = {}
+        #: (wall, monotonic) time each source's current payload was accepted.
+        self._anchors: dict[str, tuple[float, float]] = {}
+        self._untrusted: set[str] = set()
+        self.clock_tolerance = clock_tolerance
+        #: A clock frozen on purpose (--reference-time) has no drift to watch.
+        self._frozen = bool(getattr(self.clock, "frozen", False))
         self._changed = anyio.Event()
         self._started: set[str] = set()
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
@@ -128,9 +144,13 @@ class Aggregator:
 
     def _accept(self, name: str, payload: SourcePayload) -> None:
         self.payloads[name] = payload
+        self._anchors[name] = (self.clock.wall(), self.clock.monotonic())
+        self._untrusted.discard(name)
         self._changed.set()
 
     def _has_data(self, source: Source) -> bool:
+        if source.name in self._untrusted:
+            return False
         flag = getattr(source, "has_data", None)
         return source.name in self.payloads if flag is None else bool(flag)
 
@@ -175,6 +195,7 @@ class Aggregator:
             with anyio.move_on_after(delay):
                 await self._changed.wait()
             self._changed = anyio.Event()
+            self._check_clock()
             decision = self.selector.update(self.clock.monotonic(), self._views())
             self._start_groups(tg, decision.started)
             for line in decision.changes:
@@ -191,16 +212,16 @@ class Aggregator:
                     announced_wait = True
                 delay = min(waits)
                 continue
-            now = int(self.clock.wall())
             chosen = {
                 kind: self._payloads_of(group, kind) for kind, group in decision.active.items()
             }
-            snapshot = await anyio.to_thread.run_sync(merge_by_kind, chosen, now)
+            snapshot = await anyio.to_thread.run_sync(merge_by_kind, chosen)
             self.builds += 1
-            used = {id(p): p for ps in chosen.values() for p in ps}.values()
-            expiries = [e for p in used if (e := p.earliest_expiry_after(now)) is not None]
-            if expiries:
-                waits.append(max(MIN_EXPIRY_WAKE, min(expiries) - self.clock.wall()))
+            used = {id(p): (p, now) for ps in chosen.values() for p, now in ps}.values()
+            # Sleep until the first entry expires (in judged time, which runs like real time).
+            ahead = [e - now for p, now in used if (e := p.earliest_expiry_after(now)) is not None]
+            if ahead:
+                waits.append(max(MIN_EXPIRY_WAKE, min(ahead)))
             delay = min(waits)
             await self.on_snapshot(snapshot)
 
@@ -213,11 +234,46 @@ class Aggregator:
             for s in g.sources
         )
 
-    def _payloads_of(self, group: str | None, kind: PayloadKind) -> list[SourcePayload]:
+    def judged_now(self, name: str) -> int:
+        """The time (Unix seconds) a source's entries are judged at.
+
+        Never earlier than the wall clock, and never earlier than the payload's acceptance time
+        plus the monotonic time elapsed since, so a wall clock set back never extends a life.
+        """
+        wall = self.clock.wall()
+        anchor = self._anchors.get(name)
+        if anchor is None or self._frozen:
+            return int(wall)
+        anchored = anchor[0] + (self.clock.monotonic() - anchor[1])
+        return int(max(wall, anchored))
+
+    def _check_clock(self) -> None:
+        """Distrust online sources after a wall-clock jump beyond the tolerance.
+
+        Their data was accepted against the old clock; it is used again once they deliver anew.
+        """
+        if self._frozen:
+            return
+        wall, mono = self.clock.wall(), self.clock.monotonic()
+        for source in self.sources:
+            anchor = self._anchors.get(source.name)
+            if anchor is None or source.name in self._untrusted:
+                continue
+            drift = wall - (anchor[0] + (mono - anchor[1]))
+            if abs(drift) > self.clock_tolerance and getattr(source, "kind", "") in ONLINE:
+                self._untrusted.add(source.name)
+                log.warning(
+                    "wall clock moved %+.0f s against the monotonic clock since source %s "
+                    "delivered; its data is not used until it syncs again",
+                    drift,
+                    source.name,
+                )
+
+    def _payloads_of(self, group: str | None, kind: PayloadKind) -> list[Timed]:
         if group is None:
             return []
         return [
-            self.payloads[s.name]
+            (self.payloads[s.name], self.judged_now(s.name))
             for s in self.sources
             if self._group_of[s.name] == group
             and kind in _capabilities(s)

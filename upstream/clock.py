@@ -37,6 +37,9 @@ class SystemClock:
 class FixedWallClock:
     """Wall time frozen at a reference instant (to evaluate old exports); monotonic is real."""
 
+    #: Wall time stands still on purpose: entry expiry is judged at ``reference`` only.
+    frozen = True
+
     def __init__(self, reference: float) -> None:
         """Freeze wall time at ``reference`` (Unix seconds)."""
         self.reference = reference
