@@ -29,7 +29,7 @@ def join_sorted(keys: Iterable[bytes], *, descending: bool) -> bytes:
 class Snapshot:
     """One complete, immutable set of RPKI payload. Equality is equality of content."""
 
-    __slots__ = ("_aspa_index", "_digest", "aspas", "router_keys", "v4", "v6")
+    __slots__ = ("__weakref__", "_aspa_index", "_digest", "aspas", "router_keys", "v4", "v6")
 
     v4: bytes
     v6: bytes
