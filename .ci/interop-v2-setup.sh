@@ -92,9 +92,9 @@ fi
 
 if ! command -v debootstrap >/dev/null; then
 	log "installing debootstrap"
-	apt-get install -y -q debootstrap >/dev/null 2>&1 || {
-		apt-get update -q >/dev/null
-		apt-get install -y -q debootstrap
+	apt-get install -y -q -o DPkg::Lock::Timeout=300 debootstrap >/dev/null 2>&1 || {
+		apt-get update -q -o DPkg::Lock::Timeout=300 >/dev/null
+		apt-get install -y -q -o DPkg::Lock::Timeout=300 debootstrap
 	}
 	command -v debootstrap >/dev/null || die "debootstrap not installed"
 fi

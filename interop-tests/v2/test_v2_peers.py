@@ -57,8 +57,11 @@ UPDATE_TIMEOUT = 60.0  # OpenBGPD waits a random 0-9 s after a Serial Notify
 
 
 @pytest.fixture(scope="module")
-def daemon_versions() -> Iterator[str]:
-    """The chroot works; stale lab processes of an aborted run are stopped; none is left after."""
+def daemon_versions(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The chroot works; stale lab processes of an aborted run are stopped; none is left after.
+
+    At the end the summary is shown on the terminal (also with output capture on).
+    """
     try:
         versions = check_chroot()
     except (RuntimeError, OSError) as exc:
@@ -67,6 +70,14 @@ def daemon_versions() -> Iterator[str]:
     SUMMARY.clear()
     SUMMARY["daemons"] = [versions]
     yield versions
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None and SUMMARY_PATH.exists():
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            reporter.write_sep("-", "rtr-serve RTR v2 interop summary (Debian 13 chroot)")
+            reporter.write(SUMMARY_PATH.read_text())
+            reporter.write_line(f"(also in {SUMMARY_PATH})")
     left = chroot_processes()
     assert not left, f"processes left in the lab chroot: {left}"
 
@@ -91,8 +102,7 @@ def lab(daemon_versions: str, request: pytest.FixtureRequest) -> LabDir:
 
 
 def note(section: str, line: str) -> None:
-    """Add a summary line; print it; rewrite the summary file."""
-    print(f"[{section}] {line}")
+    """Add a summary line; rewrite the summary file (shown at the end of the module)."""
     SUMMARY.setdefault(section, []).append(line)
     CACHE.mkdir(parents=True, exist_ok=True)
     text = "".join(

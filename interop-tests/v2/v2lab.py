@@ -425,7 +425,7 @@ def wait_gone(pids: Iterable[int], timeout: float) -> set[int]:
 
 
 def tcp_local_ports(pids: Iterable[int], remote_port: int) -> set[int]:
-    """Local ports of the TCP connections to 127.0.0.1:remote_port owned by ``pids``."""
+    """Local ports of the established TCP connections to ``remote_port`` owned by ``pids``."""
     inodes: set[str] = set()
     for pid in pids:
         with suppress(OSError):
@@ -439,8 +439,13 @@ def tcp_local_ports(pids: Iterable[int], remote_port: int) -> set[int]:
         with suppress(OSError):
             for line in Path(table).read_text().splitlines()[1:]:
                 fields = line.split()
-                local, remote, inode = fields[1], fields[2], fields[9]
-                if inode in inodes and int(remote.rsplit(":", 1)[1], 16) == remote_port:
+                local, remote, state, inode = fields[1], fields[2], fields[3], fields[9]
+                established = state == "01"
+                if (
+                    established
+                    and inode in inodes
+                    and int(remote.rsplit(":", 1)[1], 16) == remote_port
+                ):
                     ports.add(int(local.rsplit(":", 1)[1], 16))
     return ports
 
@@ -688,7 +693,7 @@ class Bird(Daemon):
         return found
 
     def aspas(self) -> dict[int, tuple[int, ...]]:
-        """The ASPA table: customer → providers (as BIRD lists them)."""
+        """The ASPA table: customer → providers (as BIRD lists them; -1 where BIRD truncated)."""
         out = self.cli("show", "route", "table", "at", "all")
         found: dict[int, tuple[int, ...]] = {}
         customer = None
@@ -697,7 +702,10 @@ class Bird(Daemon):
                 customer = int(match.group(1))
                 found[customer] = ()
             elif customer is not None and (match := re.match(r"^\s+aspa_providers:(.*)$", line)):
-                found[customer] = tuple(int(a) for a in match.group(1).split())
+                # BIRD cuts a long list short with "..." (then it cannot be compared: -1 marks it).
+                found[customer] = tuple(
+                    int(a) if a.isdigit() else -1 for a in match.group(1).split()
+                )
         return found
 
     def rtr_errors(self) -> list[str]:
