@@ -18,8 +18,8 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager, suppress
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -398,30 +398,47 @@ def chroot_processes() -> dict[int, str]:
     return found
 
 
-def alive(pid: int) -> bool:
-    """The process exists and is not a zombie."""
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat from the state on (field 3 first); None if there is no such PID."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks: with the PID, it names one process for good."""
+    fields = _stat(pid)
+    return fields[19] if fields else None
+
+
+def alive(pid: int, started: str | None = None) -> bool:
+    """The process exists, is not a zombie and (if given) started at ``started``.
+
+    The start time guards against PID reuse: a signal never goes to a stranger.
+    """
+    fields = _stat(pid)
+    if not fields or fields[0] == "Z":
         return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    return started is None or fields[19] == started
 
 
-def kill_pid(pid: int, sig: int) -> None:
-    """Send a signal to one PID; a process that is gone already is fine."""
-    with suppress(ProcessLookupError):
-        os.kill(pid, sig)
+def kill_pid(pid: int, sig: int, started: str | None = None) -> None:
+    """Send a signal to one PID if it is (still) that process; one gone already is fine."""
+    if alive(pid, started):
+        with suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
-def wait_gone(pids: Iterable[int], timeout: float) -> set[int]:
-    """Wait until none of ``pids`` is alive; the ones still alive after ``timeout``."""
-    pending = set(pids)
+def wait_gone(procs: Mapping[int, str | None], timeout: float) -> dict[int, str | None]:
+    """Wait until none of ``procs`` (PID → start time) is alive; those still alive after it."""
+    pending = dict(procs)
     deadline = time.monotonic() + timeout
     while pending and time.monotonic() < deadline:
-        pending = {p for p in pending if alive(p)}
+        pending = {p: t for p, t in pending.items() if alive(p, t)}
         if pending:
             time.sleep(0.1)
-    return {p for p in pending if alive(p)}
+    return {p: t for p, t in pending.items() if alive(p, t)}
 
 
 def tcp_local_ports(pids: Iterable[int], remote_port: int) -> set[int]:
@@ -501,7 +518,13 @@ class Daemon:
         self.lab = lab
         self.proc: subprocess.Popen[bytes] | None = None
         self.started_at = 0.0
-        self.pids: set[int] = set()
+        #: PID → start time of the daemon and every child seen (see `alive`).
+        self.procs: dict[int, str | None] = {}
+
+    @property
+    def pids(self) -> set[int]:
+        """PIDs of the daemon and of the children seen so far."""
+        return set(self.procs)
 
     def command(self) -> list[str]:
         """The argv inside the chroot."""
@@ -528,7 +551,7 @@ class Daemon:
                 preexec_fn=_die_with_parent,  # noqa: PLW1509 - single-threaded test process
             )
         self.started_at = time.time()
-        self.pids = {self.proc.pid}
+        self.procs = {self.proc.pid: start_time(self.proc.pid)}
 
     def check_running(self) -> None:
         """Raise with the daemon's output if it has exited."""
@@ -548,7 +571,8 @@ class Daemon:
     def track_children(self) -> None:
         """Remember the daemon's child processes (to check they are gone after stop)."""
         if self.proc is not None and self.proc.poll() is None:
-            self.pids |= descendants(self.proc.pid)
+            for pid in descendants(self.proc.pid) - set(self.procs):
+                self.procs[pid] = start_time(pid)
 
     def stop(self, timeout: float = 15.0) -> None:
         """SIGTERM by PID, wait; SIGKILL whatever of its process tree is left."""
@@ -562,19 +586,14 @@ class Daemon:
             except subprocess.TimeoutExpired:
                 kill_pid(self.proc.pid, signal.SIGKILL)
                 self.proc.wait(5)
-        left = wait_gone(self.pids, 5.0)
-        for pid in left:
-            kill_pid(pid, signal.SIGKILL)
+        left = wait_gone(self.procs, 5.0)
+        for pid, started in left.items():
+            kill_pid(pid, signal.SIGKILL, started)
         wait_gone(left, 5.0)
 
-    @contextmanager
-    def running(self) -> Iterator[Daemon]:
-        """Start, yield, always stop."""
-        try:
-            self.start()
-            yield self
-        finally:
-            self.stop()
+    def all_gone(self) -> bool:
+        """Neither the daemon nor any child seen is still running."""
+        return not any(alive(pid, started) for pid, started in self.procs.items())
 
 
 class Bird(Daemon):
