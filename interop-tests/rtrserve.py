@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -27,6 +28,13 @@ REAL_TABLE_NEXT = DATA / "rpkilog/rpkiclient_summary_20250720T100145Z.json.bz2"
 #: Build time of REAL_TABLE: every entry of both real files is valid then.
 REAL_REFERENCE_TIME = "2025-07-20T09:31:33Z"
 RTR_SERVE = Path(sys.executable).with_name("rtr-serve")
+#: The time stamp that starts every log line (logging's asctime, local time).
+LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"
+
+
+def log_line_time(line: str) -> float:
+    """The Unix time at which rtr-serve wrote ``line`` (millisecond resolution)."""
+    return datetime.strptime(line[:23], LOG_TIME_FORMAT).timestamp()
 
 
 def free_port() -> int:
@@ -65,6 +73,16 @@ class RtrServe:
     def count(self, pattern: str) -> int:
         """Occurrences of a regular expression in the log."""
         return len(re.findall(pattern, self.log))
+
+    def lines(self, pattern: str) -> list[str]:
+        """Whole log lines in which a regular expression occurs."""
+        regex = re.compile(pattern)
+        return [line for line in self.log.splitlines() if regex.search(line)]
+
+    def first_time(self, pattern: str) -> float | None:
+        """Unix time of the first line matching ``pattern`` (None if there is none)."""
+        found = self.lines(pattern)
+        return log_line_time(found[0]) if found else None
 
     def wait_log(self, pattern: str, timeout: float, *, count: int = 1) -> None:
         """Wait until ``pattern`` occurs ``count`` times in the log."""

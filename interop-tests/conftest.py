@@ -1,0 +1,30 @@
+"""Session end for the Debian 12 interop suite: no daemon left behind, the summary table."""
+
+from __future__ import annotations
+
+import pytest
+from rtrclients import procs, summary
+from rtrclients.lab import CACHE
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run if a daemon started by the suite is still running (and stop it)."""
+    left = procs.leftovers()
+    for tracked in procs.STARTED:
+        procs.stop(tracked)
+    if left:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        summary.note(f"LEFT RUNNING at session end (now stopped): {', '.join(left)}")
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """Print the per-client table and write it to interop-tests/.cache/summary.txt."""
+    text = summary.render()
+    if not text:
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    (CACHE / "summary.txt").write_text(text + "\n")
+    terminalreporter.write_sep("=", "rtr-serve interop summary (Debian 12 clients)")
+    for line in text.splitlines():
+        terminalreporter.write_line(line)
+    terminalreporter.write_line(f"(also in {CACHE / 'summary.txt'})")
