@@ -8,6 +8,17 @@ I/O, reads a clock or awaits; the only exception the codec raises is `RtrProtoco
 
 from __future__ import annotations
 
+from rtr_server.protocol.client import (
+    ClientAction,
+    ClientSession,
+    ClientState,
+    Disconnect,
+    Downgrade,
+    PollAfter,
+    Publish,
+    Transmit,
+    is_legacy_aspa,
+)
 from rtr_server.protocol.constants import (
     ANNOUNCE,
     CACHE_PDU_TYPES,
@@ -80,7 +91,12 @@ __all__ = [
     "AspaPdu",
     "CacheReset",
     "CacheResponse",
+    "ClientAction",
+    "ClientSession",
+    "ClientState",
     "Close",
+    "Disconnect",
+    "Downgrade",
     "EndOfData",
     "ErrorCode",
     "ErrorReport",
@@ -91,6 +107,8 @@ __all__ = [
     "Pdu",
     "PduFramer",
     "PduType",
+    "PollAfter",
+    "Publish",
     "ResetQuery",
     "RouterKeyPdu",
     "RtrProtocolError",
@@ -102,6 +120,7 @@ __all__ = [
     "ServerSession",
     "SessionState",
     "Timers",
+    "Transmit",
     "decode",
     "encode",
     "encode_cache_reset",
@@ -113,5 +132,6 @@ __all__ = [
     "encode_serial_notify",
     "error_code_valid",
     "is_fatal",
+    "is_legacy_aspa",
     "pdu_type_valid",
 ]

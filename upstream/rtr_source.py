@@ -1,0 +1,390 @@
+"""`RtrSource`: another RTR cache (``rtr://host:port``) as a source, through `ClientSession`."""
+
+# The sans-IO `rtr_server.protocol.ClientSession` decides everything about the protocol (what
+# to send, when data is complete, downgrades, errors); this module owns the socket, the timers
+# and the hand-over to the aggregator. One task (`RtrSource.run`) owns one connection at a
+# time and closes it on every path; a second task watches Expire on the injected clock's
+# monotonic time. Refresh/Retry waits run on the event loop's clock.
+#
+# Decisions: connection failures, a cache closing the connection and Cache Restart keep the
+# data (until Expire) and reconnect with exponential backoff plus jitter (``retry_initial`` ..
+# ``retry_max``, reset by every successful sync); a version downgrade reconnects at once.
+# After a fatal error the data is withdrawn at once (an empty payload). An End of Data that
+# changes nothing is not handed over again. A query that gets no byte of answer within
+# ``response_timeout`` seconds ends the connection.
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import logging
+import math
+import random
+import re
+import socket
+from array import array
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+import anyio
+from anyio.abc import SocketAttribute, SocketStream
+
+from rtr_server.protocol import (
+    NEED_DATA,
+    ClientSession,
+    ClientState,
+    Disconnect,
+    Downgrade,
+    PollAfter,
+    Publish,
+    Transmit,
+)
+from snapshot.snapshot import Snapshot
+from upstream.clock import Clock, SystemClock
+from upstream.json_format import NO_EXPIRY, SourcePayload
+from upstream.status import SourceState, SourceStatus
+
+log = logging.getLogger(__name__)
+
+PayloadSink = Callable[[str, SourcePayload], None]
+
+#: IANA port of rpki-rtr over plain TCP (bis §9), used when the URL names none.
+DEFAULT_PORT = 323
+#: Bytes asked for per receive; a 64 KiB chunk is about 3,000 prefix PDUs of work per step.
+RECEIVE_SIZE = 65_536
+#: A write that makes no progress for this long ends the connection.
+SEND_TIMEOUT = 30.0
+#: An unanswered query (no byte at all) for this long ends the connection.
+RESPONSE_TIMEOUT = 60.0
+#: How often the Expire deadline is compared with the clock (the clock may be a test's fake).
+EXPIRE_CHECK = 1.0
+#: TCP keepalive: idle seconds before the first probe, seconds between probes, probes.
+KEEPALIVE = (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4))
+
+_HOSTNAME = re.compile(
+    r"(?=.{1,253}\.?$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
+    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
+)
+
+
+def parse_rtr_url(url: str) -> tuple[str, int]:
+    """``rtr://HOST[:PORT]`` → ``(host, port)``; port 323 when absent. No I/O (no DNS).
+
+    HOST is a DNS name, an IPv4 address or a bracketed IPv6 address.
+
+    Raises:
+        ValueError: for another scheme, a missing or malformed host, a port outside 1..65535,
+            or a user, path, query or fragment part.
+    """
+    parts = urlsplit(url)
+    if parts.scheme != "rtr":
+        raise ValueError(f"{url!r} is not an rtr:// URL")
+    if parts.username is not None or parts.password is not None:
+        raise ValueError(f"{url!r}: rtr:// URLs take no user or password")
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        raise ValueError(f"{url!r}: rtr:// URLs are rtr://HOST[:PORT], without path or query")
+    try:
+        port = parts.port
+    except ValueError:
+        raise ValueError(f"{url!r}: the port must be a number in 1..65535") from None
+    if port is None:
+        if parts.netloc.endswith(":"):
+            raise ValueError(f"{url!r}: empty port")
+        port = DEFAULT_PORT
+    if not 1 <= port <= 65535:
+        raise ValueError(f"{url!r}: the port must be in 1..65535")
+    host = parts.hostname or ""
+    bracketed = parts.netloc.startswith("[")
+    if bracketed or ":" in host:
+        try:
+            address = ipaddress.ip_address(host)
+        except ValueError:
+            raise ValueError(f"{url!r}: {host!r} is not an IPv6 address") from None
+        if not bracketed or address.version != 6:
+            raise ValueError(f"{url!r}: write IPv6 addresses as rtr://[ADDR]:PORT")
+        return address.compressed, port
+    if not _HOSTNAME.fullmatch(host):
+        raise ValueError(f"{url!r}: {host!r} is not a host name or address")
+    return host, port
+
+
+def payload_of(snapshot: Snapshot | None) -> SourcePayload:
+    """The `SourcePayload` of a cache's data: every entry lives until withdrawn (NO_EXPIRY)."""
+    if snapshot is None:
+        return SourcePayload()
+    forever = array("q", [NO_EXPIRY])
+    return SourcePayload(
+        v4=snapshot.v4,
+        v4_expires=forever * snapshot.v4_count,
+        v6=snapshot.v6,
+        v6_expires=forever * snapshot.v6_count,
+        router_keys=tuple((key, NO_EXPIRY) for key in snapshot.router_keys),
+        aspas=tuple((aspa, NO_EXPIRY) for aspa in snapshot.aspas),
+    )
+
+
+def _enable_keepalive(stream: SocketStream) -> None:
+    sock = stream.extra(SocketAttribute.raw_socket)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for option, value in KEEPALIVE:
+        number = getattr(socket, option, None)
+        if number is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, number, value)
+
+
+class _ResponseTimeoutError(Exception):
+    """Raised when the cache leaves a query unanswered for `RtrSource.response_timeout`."""
+
+
+class RtrSource:
+    """Follows one RTR cache and emits its complete data after every End of Data that changes it.
+
+    Args:
+        url: ``rtr://HOST[:PORT]`` (port 323 by default).
+        name: the source name in logs and status; the URL by default.
+        clock: monotonic time for Expire, wall time for the status; the system clock by
+            default.
+        max_version: the protocol version tried first (2); downgrades follow the cache.
+        connect_timeout: seconds allowed for one TCP connect.
+        retry_initial: first reconnect backoff in seconds; doubles per failure.
+        retry_max: backoff ceiling in seconds; also the retry after No Data before the cache
+            has told us its Retry interval.
+
+    Raises:
+        ValueError: for a malformed URL or a non-positive interval.
+    """
+
+    kind = "rtr"
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        name: str | None = None,
+        clock: Clock | None = None,
+        max_version: int = 2,
+        connect_timeout: float = 10.0,
+        retry_initial: float = 1.0,
+        retry_max: float = 60.0,
+    ) -> None:
+        """Configure; nothing connects until `run`."""
+        self.host, self.port = parse_rtr_url(url)
+        if connect_timeout <= 0 or retry_initial <= 0 or retry_max < retry_initial:
+            raise ValueError("need connect_timeout > 0 and 0 < retry_initial <= retry_max")
+        self.url = url
+        self.name = name or url
+        self.clock = clock or SystemClock()
+        self.connect_timeout = connect_timeout
+        self.retry_initial = retry_initial
+        self.retry_max = retry_max
+        self.response_timeout = RESPONSE_TIMEOUT
+        self.expire_check = EXPIRE_CHECK
+        self.session = ClientSession(max_version=max_version, no_data_retry=retry_max)
+        self.status = SourceStatus(self.name, self.kind, url)
+        #: True while a TCP connection to the cache is up.
+        self.connected = False
+        #: TCP connections established so far.
+        self.connections = 0
+        #: Payloads handed to the sink so far (withdrawals included).
+        self.emitted = 0
+        #: Connections in a row that ended without a successful sync (drives the backoff).
+        self._failures = 0
+        self._expire_at: float | None = None
+        #: True while the sink holds data from us (not withdrawn).
+        self._live = False
+
+    @property
+    def cache(self) -> str:
+        """``host:port`` of the cache, for log messages."""
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    async def run(self, sink: PayloadSink) -> None:
+        """Follow the cache until cancelled, calling ``sink(name, payload)`` with each new state."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_expiry, sink, name=f"expiry of {self.name}")
+            while True:
+                if await self._connect_once(sink):
+                    continue  # a version change: reconnect at once (at most twice: 2 → 1 → 0)
+                backoff = min(self.retry_initial * 2.0 ** min(self._failures, 32), self.retry_max)
+                self._failures += 1
+                delay = random.uniform(backoff / 2, backoff)
+                log.info("source %s: reconnecting to %s in %.1f s", self.name, self.cache, delay)
+                await anyio.sleep(delay)
+
+    # ------------------------------------------------------------------ one connection
+    async def _connect_once(self, sink: PayloadSink) -> bool:
+        """One connection, from connect to close; True to reconnect without a backoff."""
+        stream: SocketStream | None = None
+        try:
+            try:
+                with anyio.fail_after(self.connect_timeout):
+                    stream = await anyio.connect_tcp(self.host, self.port)
+            except (OSError, TimeoutError) as exc:
+                self._failed("connect", f"cannot connect to {self.cache}: {exc or 'timeout'}")
+                return False
+            _enable_keepalive(stream)
+            self.connected = True
+            self.connections += 1
+            log.info(
+                "source %s: connected to %s (protocol version %d)",
+                self.name,
+                self.cache,
+                self.session.version,
+            )
+            return await self._pump(stream, sink)
+        except _ResponseTimeoutError:
+            self._failed("timeout", f"{self.cache} left a query unanswered for too long")
+            return False
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError) as exc:
+            self._failed("connection", f"connection to {self.cache} lost: {exc!r}")
+            return False
+        finally:
+            self.connected = False
+            if self.session.state is not ClientState.DISCONNECTED:
+                self.session.connection_lost()
+            if stream is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
+                    await stream.aclose()
+
+    async def _pump(self, stream: SocketStream, sink: PayloadSink) -> bool:
+        session = self.session
+        await self._send(stream, session.connection_made())
+        poll_at = math.inf
+        while True:
+            action = session.next_action()
+            if action is NEED_DATA:
+                busy = session.busy
+                deadline = anyio.current_time() + self.response_timeout if busy else poll_at
+                data: bytes | None = None
+                with anyio.CancelScope(deadline=deadline):
+                    try:
+                        data = await stream.receive(RECEIVE_SIZE)
+                    except anyio.EndOfStream:
+                        data = b""
+                if data is not None:
+                    self.status.bytes_read += len(data)
+                    session.receive_data(data)
+                elif busy:
+                    raise _ResponseTimeoutError
+                else:
+                    poll_at = math.inf
+                    query = session.poll()
+                    if query is not None:
+                        await self._send(stream, query)
+            elif isinstance(action, Transmit):
+                await self._send(stream, action.data)
+            elif isinstance(action, Publish):
+                self._on_publish(action, sink)
+            elif isinstance(action, PollAfter):
+                poll_at = anyio.current_time() + action.delay
+                if action.no_data:
+                    self._no_data(action)
+                else:
+                    log.debug("source %s: next query in %.0f s", self.name, action.delay)
+            elif isinstance(action, Downgrade):
+                level = logging.WARNING if action.legacy_aspa else logging.INFO
+                log.log(
+                    level,
+                    "source %s: RTR cache %s: %s; protocol version %d -> %d",
+                    self.name,
+                    self.cache,
+                    action.reason,
+                    action.old,
+                    action.new,
+                )
+            else:
+                return await self._on_disconnect(stream, action, sink)
+
+    async def _send(self, stream: SocketStream, data: bytes) -> None:
+        with anyio.fail_after(SEND_TIMEOUT):
+            await stream.send(data)
+
+    # ------------------------------------------------------------------ outcomes
+    def _on_publish(self, action: Publish, sink: PayloadSink) -> None:
+        status = self.status
+        snapshot = action.snapshot
+        status.records = snapshot.counts()
+        if action.synced:
+            self._expire_at = self.clock.monotonic() + self.session.timers.expire
+            self._failures = 0
+            status.state = SourceState.OK
+            status.last_success_wall = self.clock.wall()
+        if not action.changed and self._live:
+            log.debug("source %s: serial %s, no change", self.name, self.session.serial)
+            status.attempted = True
+            return
+        log.info(
+            "source %s: %s serial %s (session %s, version %d): %s",
+            self.name,
+            "synced to" if action.synced else "trimmed at",
+            self.session.serial,
+            self.session.session_id,
+            self.session.version,
+            ", ".join(f"{k}={v}" for k, v in status.records.items()),
+        )
+        self._emit(sink, payload_of(snapshot), live=True)
+
+    async def _on_disconnect(
+        self, stream: SocketStream, action: Disconnect, sink: PayloadSink
+    ) -> bool:
+        if action.data:
+            # The report is a courtesy: the connection ends anyway.
+            with (
+                anyio.move_on_after(1.0),
+                contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError),
+            ):
+                await stream.send(action.data)
+        if action.reconnect_now:
+            log.info(
+                "source %s: closing the connection to %s: %s", self.name, self.cache, action.reason
+            )
+            return True
+        if action.drop_data:
+            self._failed("protocol", f"{self.cache}: {action.reason}")
+            self._withdraw(sink, f"{action.reason}")
+        else:
+            self._failed("connection", f"{self.cache}: {action.reason}")
+        return False
+
+    def _no_data(self, action: PollAfter) -> None:
+        status = self.status
+        if status.state is not SourceState.WAITING:
+            log.info(
+                "source %s: %s; asking again in %.0f s", self.name, action.reason, action.delay
+            )
+        if status.state is not SourceState.OK:
+            status.state = SourceState.WAITING  # the data of the last sync (if any) stays
+        status.attempted = True
+
+    def _failed(self, error_class: str, message: str) -> None:
+        if self.status.state is SourceState.OK or self.status.last_error != message:
+            log.warning("source %s: %s", self.name, message)
+        self.status.failed(error_class, message, self.clock.wall())
+
+    def _withdraw(self, sink: PayloadSink, reason: str) -> None:
+        self._expire_at = None
+        self.status.records = {}
+        if self._live:
+            log.warning("source %s: data from %s withdrawn (%s)", self.name, self.cache, reason)
+            self._emit(sink, SourcePayload(), live=False)
+
+    def _emit(self, sink: PayloadSink, payload: SourcePayload, *, live: bool) -> None:
+        self._live = live
+        self.status.attempted = True
+        self.emitted += 1
+        sink(self.name, payload)
+
+    async def _watch_expiry(self, sink: PayloadSink) -> None:
+        """Withdraw the data once Expire has passed since the last successful sync."""
+        while True:
+            expire_at = self._expire_at
+            remaining = math.inf if expire_at is None else expire_at - self.clock.monotonic()
+            if remaining <= 0:
+                self.session.expire()
+                self._withdraw(
+                    sink,
+                    f"expired: no successful sync for the Expire interval of "
+                    f"{self.session.timers.expire} s",
+                )
+                continue
+            await anyio.sleep(min(remaining, self.expire_check))
