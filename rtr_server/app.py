@@ -1,8 +1,9 @@
-"""Composition root: wires sources (upstream) to the publisher (snapshot) and the RTR server.
+"""Composition root: the upstream `Client`'s snapshots go through the publisher to the server.
 
-`run_app` owns everything it creates: the server, the sources and their tasks. Publishing runs in
-a worker thread (the delta of a large table takes a fraction of a second) and the new state is
-swapped into the server in one assignment.
+`run_app` owns everything it creates: the server and the client (which owns the sources). The
+app only uses the client's public API (`Client.watch`). Publishing runs in a worker thread (the
+delta of a large table takes a fraction of a second) and the new state is swapped into the
+server in one assignment.
 """
 
 from __future__ import annotations
@@ -19,9 +20,10 @@ from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
-from upstream.aggregate import Aggregator, Source
+from upstream.aggregate import Source
+from upstream.client import Client, ClientState, ResyncRequiredError, SnapshotEvent
 from upstream.clock import Clock, FixedWallClock, SystemClock
-from upstream.file_source import FileSource
+from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
 
 log = logging.getLogger(__name__)
@@ -31,9 +33,12 @@ log = logging.getLogger(__name__)
 class AppConfig:
     """Everything `run_app` needs; built by the CLI (or a test)."""
 
-    #: File paths, or URLs once the HTTP and RTR sources exist (see `make_source`).
-    sources: tuple[str | Path, ...]
+    #: Sources of the one implicit group: file paths or URLs (see `upstream.config`).
+    sources: tuple[str | Path, ...] = ()
     server: ServerSettings = field(default_factory=ServerSettings)
+    #: Prioritised groups and their sources (from a config file); instead of ``sources``.
+    groups: tuple[GroupConfig, ...] = ()
+    group_sources: tuple[SourceConfig, ...] = ()
     poll_interval: float = 10.0
     history: int = 10
     history_bytes: int = 64 * 1024 * 1024
@@ -42,21 +47,35 @@ class AppConfig:
     max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
 
     def __post_init__(self) -> None:
-        if not self.sources:
-            raise ValueError("at least one --source is needed")
-        for spec in self.sources:
-            check_source_spec(spec)
-        if self.poll_interval <= 0:
-            raise ValueError("poll interval must be positive")
+        if not self.sources and not self.group_sources:
+            raise ValueError("at least one source is needed (--source or [[sources]])")
+        if self.sources and self.group_sources:
+            raise ValueError("give --source or configured [[sources]], not both")
         if self.history < 0:
             raise ValueError("history must not be negative")
+        self.client_config()  # every source and group check, before any I/O
+
+    def client_config(self) -> ClientConfig:
+        """The upstream half's configuration."""
+        if self.group_sources:
+            sources = self.group_sources
+            groups = self.groups
+        else:
+            sources = tuple(SourceConfig(str(spec), str(spec)) for spec in self.sources)
+            groups = ()
+        return ClientConfig(
+            sources,
+            groups,
+            poll_interval=self.poll_interval,
+            max_aspa_providers=self.max_aspa_providers,
+        )
 
 
 class App:
     """The running pieces, handed to whoever started `run_app` (tests, the CLI)."""
 
     def __init__(self, config: AppConfig, clock: Clock) -> None:
-        """Create (but do not start) the server, publisher and sources."""
+        """Create (but do not start) the server, publisher and client."""
         self.config = config
         self.clock = clock
         self.server = RtrServer(config.server)
@@ -65,9 +84,13 @@ class App:
             max_entries=config.history,
             max_bytes=config.history_bytes,
         )
-        self.sources: list[Source] = [make_source(spec, config, clock) for spec in config.sources]
-        self.aggregator = Aggregator(self.sources, self._on_snapshot, clock=clock)
+        self.client = Client(config.client_config(), clock=clock)
         self.published = 0
+
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """The client's sources (for their status)."""
+        return self.client.sources
 
     @property
     def state(self) -> PublishedState | None:
@@ -103,12 +126,24 @@ class App:
                 self.clock.monotonic() - started,
             )
 
+    async def _follow(self) -> None:
+        """Publish every snapshot the client makes; resynchronise when a watch says so."""
+        while self.client.state is ClientState.RUNNING:
+            with self.client.watch() as events:
+                try:
+                    async for event in events:
+                        if isinstance(event, SnapshotEvent):
+                            await self._on_snapshot(event.snapshot.snapshot)
+                except ResyncRequiredError as exc:
+                    log.info("resynchronising with the client: %s", exc)
+
     async def run(self, *, task_status: TaskStatus[App] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled."""
-        async with anyio.create_task_group() as tg:
+        async with self.client, anyio.create_task_group() as tg:
             await tg.start(self.server.serve)
-            await tg.start(self.aggregator.run)
+            await tg.start(self.client.run)
             task_status.started(self)
+            await self._follow()
 
 
 def make_clock(reference_time: float | None) -> Clock:
@@ -125,27 +160,3 @@ async def run_app(
     """Build the app from ``config`` and serve until cancelled; reports the `App` when bound."""
     app = App(config, clock or make_clock(config.reference_time))
     await app.run(task_status=task_status)
-
-
-def check_source_spec(spec: str | Path) -> None:
-    """Raise ValueError for a source that can never work (checked before any I/O)."""
-    text = str(spec)
-    scheme, sep, _ = text.partition("://")
-    if sep and scheme not in SCHEMES:
-        raise ValueError(f"source {text!r}: unsupported scheme {scheme!r}")
-    if not text:
-        raise ValueError("empty source")
-
-
-#: URL schemes a source may have; anything without ``://`` is a file path.
-SCHEMES: tuple[str, ...] = ()
-
-
-def make_source(spec: str | Path, config: AppConfig, clock: Clock) -> Source:
-    """The source for one ``--source`` value."""
-    return FileSource(
-        Path(spec),
-        poll_interval=config.poll_interval,
-        max_aspa_providers=config.max_aspa_providers,
-        clock=clock,
-    )

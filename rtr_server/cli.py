@@ -13,12 +13,14 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
 
 from rtr_server import __version__
 from rtr_server.app import AppConfig, run_app
+from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.protocol import MAX_VERSION, Timers
 from rtr_server.settings import ServerSettings, ShutdownNotice, parse_listen
 
@@ -84,11 +86,19 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rtr-serve``."""
     p = _Parser(
         prog="rtr-serve",
+        allow_abbrev=False,  # options are matched exactly, also when merging a config file
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--version", action="version", version=f"rtr-serve {__version__}")
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="FILE",
+        help="TOML configuration file (groups, sources, [server] options); options given on "
+        "the command line override it, and --source replaces its [[sources]]",
+    )
     src = p.add_argument_group("sources")
     src.add_argument(
         "--source",
@@ -224,7 +234,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def config_from_args(args: argparse.Namespace) -> AppConfig:
     """Validate parsed arguments into an `AppConfig` (raises ValueError with a clear message)."""
-    timers = Timers(refresh=args.refresh, retry=args.retry, expire=args.expire)
+    try:
+        timers = Timers(refresh=args.refresh, retry=args.retry, expire=args.expire)
+    except ValueError as exc:
+        where = "server.refresh/retry/expire" if args.config else "--refresh/--retry/--expire"
+        raise ValueError(f"{where}: {exc}") from None
     if not 1 <= args.max_aspa_providers <= 16_380:
         raise ValueError("--max-aspa-providers must be in 1..16380")
     settings = ServerSettings(
@@ -238,14 +252,90 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         write_timeout=args.write_timeout,
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
     )
+    file_config: FileConfig | None = getattr(args, "file_config", None)
+    use_file_sources = file_config is not None and not args.source
     return AppConfig(
         sources=tuple(args.source),
         server=settings,
+        groups=file_config.groups if use_file_sources and file_config else (),
+        group_sources=file_config.sources if use_file_sources and file_config else (),
         poll_interval=args.poll_interval,
         history=args.history,
         reference_time=args.reference_time,
         max_aspa_providers=args.max_aspa_providers,
     )
+
+
+def apply_config_file(
+    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
+) -> None:
+    """Fill ``args`` from ``args.config`` where the command line did not set an option."""
+    path: Path | None = args.config
+    if path is None:
+        return
+    file_config = load_config_file(path)
+    actions = {a.dest: a for a in parser._actions}  # noqa: SLF001 - argparse has no public map
+    given = list(argv or [])
+    explicit = {
+        dest
+        for dest, action in actions.items()
+        for option in action.option_strings
+        if any(arg == option or arg.startswith(option + "=") for arg in given)
+    }
+    for key, value in file_config.server.items():
+        if key in explicit:
+            continue
+        action = actions[key]
+        try:
+            if isinstance(value, list):
+                converted: object = [str(v) for v in value]
+            elif action.type is not None and callable(action.type):
+                converted = action.type(str(value))
+            else:
+                converted = value
+        except (argparse.ArgumentTypeError, ValueError) as exc:
+            raise ConfigError(f"{path}: server.{key}: {exc}") from None
+        if action.choices is not None and converted not in action.choices:
+            choices = ", ".join(map(str, action.choices))
+            raise ConfigError(f"{path}: server.{key}: {value!r} is not one of {choices}")
+        setattr(args, key, converted)
+    args.file_config = file_config
+
+
+def check_config(path: Path) -> int:
+    """``rtr-serve check-config FILE``: validate without any network activity; 0 when valid."""
+    parser = build_parser()
+    args = parser.parse_args(["--config", str(path)])
+    try:
+        apply_config_file(parser, args, ["--config", str(path)])
+        config = config_from_args(args)
+    except ValueError as exc:
+        message = str(exc)
+        sys.stderr.write(
+            f"rtr-serve: {message if str(path) in message else f'{path}: {message}'}\n"
+        )
+        return 2
+    out = sys.stdout
+    out.write(f"{path}: valid\n")
+    out.write(f"  listen: {', '.join(str(a) for a in config.server.listen)}\n")
+    t = config.server.timers
+    out.write(
+        f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "
+        f"notify interval {config.server.notify_interval:g} s; history {config.history}\n"
+    )
+    if config.group_sources:
+        for group in sorted(config.groups, key=lambda g: g.priority):
+            out.write(
+                f"  group {group.name} (priority {group.priority}, startup timeout "
+                f"{group.startup_timeout:g} s, fail-back delay {group.failback_delay:g} s)\n"
+            )
+            for source in config.group_sources:
+                if source.group == group.name:
+                    out.write(f"    source {source.name}: {source.url}\n")
+    else:
+        for spec in config.sources:
+            out.write(f"  source {spec}\n")
+    return 0
 
 
 async def _serve(config: AppConfig) -> None:
@@ -264,9 +354,16 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtr-serve`` console script."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["check-config"]:
+        if len(argv) != 2:
+            sys.stderr.write("usage: rtr-serve check-config FILE\n")
+            return 2
+        return check_config(Path(argv[1]))
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        apply_config_file(parser, args, argv)
         config = config_from_args(args)
     except ValueError as exc:
         parser.error(str(exc))

@@ -135,8 +135,22 @@ class Aggregator:
         self._frozen = bool(getattr(self.clock, "frozen", False))
         self._changed = anyio.Event()
         self._started: set[str] = set()
+        #: Wall time at which the first served entry expires (None: none does).
+        self.next_expiry_wall: float | None = None
+        #: Called after every selection round (active groups or source states may have moved).
+        self.on_status: Callable[[], None] | None = None
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
+
+    def started_groups(self) -> set[str]:
+        """Names of the groups whose sources run."""
+        return set(self._started)
+
+    def hand_over(self, name: str, other: Aggregator) -> None:
+        """Give ``other`` this aggregator's payload of source ``name`` and its acceptance time."""
+        if name in self.payloads:
+            other.payloads[name] = self.payloads[name]
+            other._anchors[name] = self._anchors[name]
 
     def poke(self) -> None:
         """Re-evaluate now (e.g. after a test moved the clock, or a source changed state)."""
@@ -201,6 +215,8 @@ class Aggregator:
             for line in decision.changes:
                 log.info("%s", line)
             self.active = decision.active
+            if self.on_status is not None:
+                self.on_status()
             waits = [READY_POLL if self._starting() else math.inf]
             if decision.next_wake is not None:
                 waits.append(max(0.0, decision.next_wake - self.clock.monotonic()))
@@ -220,6 +236,7 @@ class Aggregator:
             used = {id(p): (p, now) for ps in chosen.values() for p, now in ps}.values()
             # Sleep until the first entry expires (in judged time, which runs like real time).
             ahead = [e - now for p, now in used if (e := p.earliest_expiry_after(now)) is not None]
+            self.next_expiry_wall = self.clock.wall() + min(ahead) if ahead else None
             if ahead:
                 waits.append(max(MIN_EXPIRY_WAKE, min(ahead)))
             delay = min(waits)

@@ -42,6 +42,7 @@ from rtr_server.protocol import (
 from snapshot.snapshot import Snapshot
 from upstream.clock import Clock, SystemClock
 from upstream.json_format import NO_EXPIRY, SourcePayload
+from upstream.selection import PayloadKind
 from upstream.status import SourceState, SourceStatus
 
 log = logging.getLogger(__name__)
@@ -60,6 +61,12 @@ RESPONSE_TIMEOUT = 60.0
 EXPIRE_CHECK = 1.0
 #: TCP keepalive: idle seconds before the first probe, seconds between probes, probes.
 KEEPALIVE = (("TCP_KEEPIDLE", 60), ("TCP_KEEPINTVL", 15), ("TCP_KEEPCNT", 4))
+
+_CAPABILITIES = {
+    0: frozenset({PayloadKind.VRP}),
+    1: frozenset({PayloadKind.VRP, PayloadKind.ROUTER_KEY}),
+    2: frozenset(PayloadKind),
+}
 
 _HOSTNAME = re.compile(
     r"(?=.{1,253}\.?$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
@@ -192,6 +199,16 @@ class RtrSource:
         self._expire_at: float | None = None
         #: True while the sink holds data from us (not withdrawn).
         self._live = False
+
+    @property
+    def has_data(self) -> bool:
+        """True while our last hand-over is live data (not withdrawn after Expire or errors)."""
+        return self._live
+
+    @property
+    def capabilities(self) -> frozenset[PayloadKind]:
+        """What this cache can deliver at the version in use (ASPA needs v2, keys v1)."""
+        return _CAPABILITIES[min(self.session.version, 2)]
 
     @property
     def cache(self) -> str:

@@ -47,7 +47,9 @@ class GroupSpec:
 
     def __post_init__(self) -> None:
         if self.startup_timeout < 0 or self.failback_delay < 0:
-            raise ValueError(f"group {self.name}: timeouts must not be negative")
+            raise ValueError(
+                f"group {self.name}: startup_timeout and failback_delay must not be negative"
+            )
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,7 +13,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
-from tests.upstream.helpers import dumps, export, roa, write_atomically
+from tests.upstream.helpers import dumps, export, roa, wait_for, write_atomically
 from upstream.aggregate import Aggregator, Group
 from upstream.file_source import FileSource
 from upstream.selection import GroupSpec, PayloadKind
@@ -54,9 +54,7 @@ class Run:
 
     async def settled(self) -> None:
         """Wait until the first group is started (the selector's clocks start then)."""
-        with anyio.fail_after(5):
-            while not self.aggregator._started:
-                await anyio.sleep(0.01)
+        await wait_for(lambda: bool(self.aggregator.started_groups()))
 
     def jump(self, seconds: float) -> None:
         self.clock.offset += seconds
@@ -107,7 +105,7 @@ async def test_primary_down_at_start_backup_serves_after_startup_timeout(tmp_pat
     write_atomically(backup, export(B))
     async with running(two_groups(primary, backup)) as run:
         await anyio.sleep(0.3)
-        assert "backup" not in run.aggregator._started
+        assert "backup" not in run.aggregator.started_groups()
         run.jump(30)
         snap = await run.until(lambda s: has(s, B))
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
@@ -122,9 +120,7 @@ async def test_failback_waits_for_the_delay_then_switches(tmp_path: Path) -> Non
         await run.until(lambda s: has(s, B))
         write_atomically(primary, export(A))
         # The primary loads and is ready (a rebuild follows), but the backup stays active.
-        with anyio.fail_after(5):
-            while "a" not in run.aggregator.payloads:
-                await anyio.sleep(0.01)
+        await wait_for(lambda: "a" in run.aggregator.payloads)
         await run.until(lambda s: has(s, B))
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
         run.jump(290)

@@ -1,0 +1,200 @@
+"""The TOML configuration file: `load_config_file` checks every key and names bad ones by path.
+
+Shape (every key optional except ``url`` and ``group`` membership rules)::
+
+    [server]                 # every command-line option, by its long name with "_" for "-"
+    listen = ["127.0.0.1:8323"]
+    notify_interval = 60
+    [[groups]]
+    name = "primary"         # unique
+    priority = 10            # unique; lower wins
+    startup_timeout = 30     # seconds
+    failback_delay = 300     # seconds
+    [[sources]]
+    name = "validator-a"     # unique; defaults to the url
+    url = "rtr://192.0.2.10:3323"   # or https://..., or a file path
+    group = "primary"        # optional when there is exactly one group
+
+Reading the file does no network I/O; a source URL is only parsed.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from upstream.config import GroupConfig, SourceConfig
+
+#: [server] keys and the type each must have (int is accepted where a float is expected).
+SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "listen": list,
+    "poll_interval": (int, float),
+    "reference_time": str,
+    "max_aspa_providers": int,
+    "notify_interval": (int, float),
+    "history": int,
+    "refresh": int,
+    "retry": int,
+    "expire": int,
+    "max_version": int,
+    "max_connections": int,
+    "max_per_ip": int,
+    "query_timeout": (int, float),
+    "write_timeout": (int, float),
+    "shutdown_notice": str,
+    "log_level": str,
+    "async_backend": str,
+}
+GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "priority": int,
+    "startup_timeout": (int, float),
+    "failback_delay": (int, float),
+}
+SOURCE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "name": str,
+    "url": str,
+    "group": str,
+    "poll_interval": (int, float),
+    # http(s) sources
+    "headers": dict,
+    "ca_file": str,
+    "max_bytes": int,
+    # rtr sources
+    "max_version": int,
+}
+
+
+class ConfigError(ValueError):
+    """Raised for an invalid configuration file; the message starts with the key path."""
+
+
+@dataclass(frozen=True, slots=True)
+class FileConfig:
+    """What the file says: [server] values by option name, groups and sources."""
+
+    server: dict[str, Any]
+    groups: tuple[GroupConfig, ...]
+    sources: tuple[SourceConfig, ...]
+
+
+def _check_table(
+    table: object, path: str, keys: dict[str, type | tuple[type, ...]]
+) -> dict[str, Any]:
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: must be a table")
+    for key, value in table.items():
+        expected = keys.get(key)
+        if expected is None:
+            raise ConfigError(f"{path}.{key}: unknown key (known: {', '.join(sorted(keys))})")
+        if isinstance(value, bool) or not isinstance(value, expected):
+            names = expected if isinstance(expected, tuple) else (expected,)
+            wanted = " or ".join(t.__name__ for t in names)
+            raise ConfigError(f"{path}.{key}: must be {wanted}, got {value!r}")
+    return table
+
+
+def parse_config(text: str, *, origin: str = "config") -> FileConfig:
+    """Parse and check a configuration document (no I/O)."""
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
+    unknown = set(doc) - {"server", "groups", "sources"}
+    if unknown:
+        raise ConfigError(f"{sorted(unknown)[0]}: unknown section (known: server, groups, sources)")
+    server = dict(_check_table(doc.get("server", {}), "server", SERVER_KEYS))
+    if "listen" in server and not all(isinstance(a, str) for a in server["listen"]):
+        raise ConfigError("server.listen: must be a list of HOST:PORT strings")
+    raw_groups = doc.get("groups", [])
+    if not isinstance(raw_groups, list):
+        raise ConfigError("groups: must be an array of tables ([[groups]])")
+    groups: list[GroupConfig] = []
+    for i, raw in enumerate(raw_groups):
+        path = f"groups[{i}]"
+        table = _check_table(raw, path, GROUP_KEYS)
+        for required in ("name", "priority"):
+            if required not in table:
+                raise ConfigError(f"{path}.{required}: missing")
+        try:
+            groups.append(GroupConfig(**table))
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    for key in ("name", "priority"):
+        seen: dict[object, int] = {}
+        for i, group in enumerate(groups):
+            value = getattr(group, key)
+            if value in seen:
+                raise ConfigError(
+                    f"groups[{i}].{key}: {value!r} already used by groups[{seen[value]}]"
+                )
+            seen[value] = i
+    raw_sources = doc.get("sources", [])
+    if not isinstance(raw_sources, list):
+        raise ConfigError("sources: must be an array of tables ([[sources]])")
+    group_names = {g.name for g in groups}
+    sources: list[SourceConfig] = []
+    for i, raw in enumerate(raw_sources):
+        path = f"sources[{i}]"
+        table = _check_table(raw, path, SOURCE_KEYS)
+        if "url" not in table:
+            raise ConfigError(f"{path}.url: missing")
+        group_name = table.get("group")
+        if group_name is None:
+            if len(groups) > 1:
+                raise ConfigError(f"{path}.group: missing (there are several groups)")
+            group_name = groups[0].name if groups else "default"
+        elif group_name not in group_names:
+            raise ConfigError(f"{path}.group: no group named {group_name!r}")
+        poll = table.get("poll_interval")
+        if poll is not None and poll <= 0:
+            raise ConfigError(f"{path}.poll_interval: must be positive")
+        name = table.get("name", table["url"])
+        headers = table.get("headers", {})
+        if not all(isinstance(v, str) for v in headers.values()):
+            raise ConfigError(f"{path}.headers: values must be strings")
+        for key in ("max_bytes", "max_version"):
+            if key in table and table[key] < 0:
+                raise ConfigError(f"{path}.{key}: must not be negative")
+        sources.append(
+            SourceConfig(
+                name,
+                table["url"],
+                group_name,
+                poll,
+                tuple(headers.items()),
+                table.get("ca_file"),
+                table.get("max_bytes"),
+                table.get("max_version"),
+            )
+        )
+    names = [s.name for s in sources]
+    for i, name in enumerate(names):
+        if names.index(name) != i:
+            raise ConfigError(f"sources[{i}].name: {name!r} already used")
+    if sources and not groups:
+        groups.append(GroupConfig("default", 0, startup_timeout=0.0, failback_delay=0.0))
+    used = {s.group for s in sources}
+    for i, group in enumerate(groups):
+        if sources and group.name not in used:
+            raise ConfigError(f"groups[{i}]: group {group.name!r} has no sources")
+    return FileConfig(server, tuple(groups), tuple(sources))
+
+
+def load_config_file(path: Path) -> FileConfig:
+    """Read and check ``path``; every error names the file and the key path."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not UTF-8 text") from None
+    try:
+        return parse_config(text, origin=str(path))
+    except ConfigError as exc:
+        message = str(exc)
+        if not message.startswith(str(path)):
+            message = f"{path}: {message}"
+        raise ConfigError(message) from None

@@ -1,0 +1,147 @@
+"""The TOML configuration file, `rtr-serve --config` merging and `rtr-serve check-config`."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rtr_server.cli import apply_config_file, build_parser, config_from_args
+from rtr_server.config_file import ConfigError, parse_config
+from upstream.config import GroupConfig, SourceConfig
+
+GOOD = """
+[server]
+listen = ["127.0.0.1:8323", "[::1]:8323"]
+notify_interval = 5
+refresh = 900
+[[groups]]
+name = "primary"
+priority = 10
+startup_timeout = 30
+failback_delay = 300
+[[groups]]
+name = "backup"
+priority = 20
+[[sources]]
+name = "validator-a"
+url = "rtr://192.0.2.10:3323"
+group = "primary"
+[[sources]]
+url = "/var/lib/rpki-client/json"
+group = "backup"
+poll_interval = 5
+"""
+
+
+def test_good_file_parses() -> None:
+    cfg = parse_config(GOOD)
+    assert cfg.server == {
+        "listen": ["127.0.0.1:8323", "[::1]:8323"],
+        "notify_interval": 5,
+        "refresh": 900,
+    }
+    assert cfg.groups == (
+        GroupConfig("primary", 10, 30, 300),
+        GroupConfig("backup", 20),
+    )
+    assert cfg.sources == (
+        SourceConfig("validator-a", "rtr://192.0.2.10:3323", "primary"),
+        SourceConfig("/var/lib/rpki-client/json", "/var/lib/rpki-client/json", "backup", 5),
+    )
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("[server]\nrefreshx = 1", "server.refreshx: unknown key"),
+        ("[server]\nrefresh = '1'", "server.refresh: must be int"),
+        ("[server]\nnotify_interval = true", "server.notify_interval: must be int or float"),
+        ("[server]\nlisten = [1]", "server.listen: must be a list of HOST:PORT strings"),
+        ("[serverx]", "serverx: unknown section"),
+        ("[[groups]]\npriority = 1", "groups[0].name: missing"),
+        ("[[groups]]\nname = 'a'", "groups[0].priority: missing"),
+        (
+            "[[groups]]\nname='a'\npriority=1\n[[groups]]\nname='a'\npriority=2",
+            "groups[1].name: 'a' already used by groups[0]",
+        ),
+        (
+            "[[groups]]\nname='a'\npriority=1\n[[groups]]\nname='b'\npriority=1",
+            "groups[1].priority: 1 already used by groups[0]",
+        ),
+        ("[[groups]]\nname='a'\npriority=1\nfailback_delay=-1", "groups[0]: "),
+        ("[[sources]]\nname = 'x'", "sources[0].url: missing"),
+        (
+            "[[groups]]\nname='a'\npriority=1\n[[sources]]\nurl='x'\ngroup='b'",
+            "sources[0].group: no group named 'b'",
+        ),
+        (
+            (
+                "[[groups]]\nname='a'\npriority=1\n[[groups]]\nname='b'\npriority=2\n"
+                "[[sources]]\nurl='x'\ngroup='a'"
+            ),
+            "groups[1]: group 'b' has no sources",
+        ),
+        ("[[sources]]\nurl='x'\n[[sources]]\nurl='x'", "sources[1].name: 'x' already used"),
+        ("[[sources]]\nurl='x'\npoll_interval=0", "sources[0].poll_interval: must be positive"),
+        ("not toml ]", "not valid TOML"),
+    ],
+)
+def test_errors_name_the_key_path(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
+        parse_config(text)
+
+
+def test_command_line_overrides_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    parser = build_parser()
+    argv = ["--config", str(path), "--notify-interval", "60"]
+    args = parser.parse_args(argv)
+    apply_config_file(parser, args, argv)
+    config = config_from_args(args)
+    assert config.server.notify_interval == 60  # the command line wins, even at the default
+    assert config.server.timers.refresh == 900  # from the file
+    assert [str(a) for a in config.server.listen] == ["127.0.0.1:8323", "[::1]:8323"]
+    assert [s.name for s in config.group_sources] == ["validator-a", "/var/lib/rpki-client/json"]
+    # --source replaces the file's sources with one implicit group.
+    argv = ["--config", str(path), "--source", "x.json"]
+    args = parser.parse_args(argv)
+    apply_config_file(parser, args, argv)
+    config = config_from_args(args)
+    assert config.sources == ("x.json",)
+    assert config.group_sources == ()
+
+
+def run_check(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "rtr_server.cli", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+
+
+def test_check_config_valid_and_invalid(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD)
+    done = run_check(path)
+    assert done.returncode == 0, done.stderr
+    assert "valid" in done.stdout
+    assert "group primary (priority 10" in done.stdout
+    assert "source validator-a: rtr://192.0.2.10:3323" in done.stdout
+    path.write_text(GOOD.replace("refresh = 900", "refresh = 0"))
+    done = run_check(path)
+    assert done.returncode == 2
+    assert "server.refresh/retry/expire" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    path.write_text(GOOD.replace("3323", "99999"))
+    done = run_check(path)
+    assert done.returncode == 2
+    assert "sources[0].url" in done.stderr
+    done = run_check(tmp_path / "missing.toml")
+    assert done.returncode == 2
+    assert "cannot read" in done.stderr

@@ -1,0 +1,223 @@
+"""The embeddable `Client`: lifecycle, readiness, watch, runtime reconfiguration, honest close."""
+
+from __future__ import annotations
+
+import functools
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+from tests.upstream.helpers import export, wait_for, write_atomically
+from upstream import file_source
+from upstream.client import (
+    Client,
+    ClientState,
+    ResyncRequiredError,
+    SnapshotEvent,
+    StatusEvent,
+    Watch,
+)
+from upstream.config import ClientConfig, GroupConfig, SourceConfig
+from upstream.selection import PayloadKind
+
+pytestmark = pytest.mark.anyio
+
+A = [("192.0.2.0/24", 24, 64496)]
+B = [("198.51.100.0/24", 24, 64497)]
+
+
+def vrps(client: Client) -> int:
+    snap = client.get_snapshot()
+    return -1 if snap is None else snap.snapshot.vrp_count
+
+
+def changed_or_failed(client: Client, events: Watch, generation: int) -> bool:
+    return events.error is not None or client.generation >= generation
+
+
+def config(*paths: Path, revision: int = 0, **kw: Any) -> ClientConfig:
+    return ClientConfig(
+        tuple(SourceConfig(p.name, str(p)) for p in paths),
+        poll_interval=0.05,
+        revision=revision,
+        **kw,
+    )
+
+
+async def test_lifecycle_and_readiness(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    client = Client(config(path))
+    assert client.get_status().state is ClientState.CREATED
+    async with client:
+        assert client.get_status().state is ClientState.OPEN
+        async with anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            assert client.get_status().state is ClientState.RUNNING
+            with anyio.fail_after(5):
+                ready = await client.wait_ready()
+            assert ready.snapshot.vrp_count == 1
+            assert ready.active[PayloadKind.VRP] == "default"
+            assert client.get_snapshot() is ready
+            status = client.get_status()
+            assert status.state is ClientState.RUNNING
+            assert [s.name for s in status.sources] == ["a.json"]
+            with pytest.raises(RuntimeError, match="never ran"):
+                await client.run()
+            await client.aclose()
+            assert client.get_status().state is ClientState.CLOSED
+            await client.aclose()  # idempotent
+    assert client.get_status().state is ClientState.CLOSED
+    with pytest.raises(RuntimeError, match="cannot open"):
+        await client.__aenter__()
+
+
+async def test_run_needs_an_open_client(tmp_path: Path) -> None:
+    client = Client(config(tmp_path / "a.json"))
+    with pytest.raises(RuntimeError, match="open client"):
+        await client.run()
+
+
+async def test_watch_starts_with_the_current_snapshot_then_follows(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    async with Client(config(path)) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(5):
+            await client.wait_ready()
+        with client.watch() as events, anyio.fail_after(5):
+            first = await events.receive()
+            assert isinstance(first, SnapshotEvent)
+            assert first.snapshot.snapshot.vrp_count == 1
+            write_atomically(path, export(A + B))
+            while True:
+                event = await events.receive()
+                if isinstance(event, SnapshotEvent) and event.snapshot.snapshot.vrp_count == 2:
+                    break
+            assert event.snapshot.generation > first.snapshot.generation
+        await client.aclose()
+
+
+async def test_watch_overflow_is_a_sticky_resync_error(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    async with Client(config(path)) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(5):
+            await client.wait_ready()
+        with client.watch(max_queue=1) as events:
+            # The initial snapshot fills the queue; the next change overflows it.
+            for i in range(3):
+                write_atomically(path, export(A if i % 2 else B))
+                await wait_for(functools.partial(changed_or_failed, client, events, 2 + i))
+            with pytest.raises(ResyncRequiredError, match="overflow"):
+                await events.receive()
+            with pytest.raises(ResyncRequiredError):
+                await events.receive()  # sticky
+        await client.aclose()
+
+
+async def test_apply_config_new_epoch_and_removed_source_ignored(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_atomically(a, export(A))
+    write_atomically(b, export(B))
+    async with Client(config(a, b)) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        await wait_for(lambda: vrps(client) == 2)
+        watch = client.watch()
+        with pytest.raises(ValueError, match="not above"):
+            await client.apply_config(config(a, revision=0))
+        assert await client.apply_config(config(a, revision=1)) == 1
+        with pytest.raises(ResyncRequiredError, match="revision 1"):
+            await watch.receive()
+        watch.close()
+        assert client.epoch == 1
+        # The removed source's file changes: nothing of it is accepted any more.
+        write_atomically(b, export([*B, ("203.0.113.0/24", 24, 64498)]))
+        await wait_for(lambda: (snap := client.get_snapshot()) is not None and snap.epoch == 1)
+        await anyio.sleep(0.3)
+        current = client.get_snapshot()
+        assert current is not None
+        assert current.snapshot.vrp_count == 1
+        assert [s.name for s in client.get_status().sources] == ["a.json"]
+        await client.aclose()
+
+
+async def test_status_events_report_group_changes(tmp_path: Path) -> None:
+    a = tmp_path / "a.json"
+    write_atomically(a, export(A))
+    cfg = ClientConfig(
+        (SourceConfig("a", str(a), "g"),),
+        (GroupConfig("g", 1, startup_timeout=1, failback_delay=0),),
+        poll_interval=0.05,
+    )
+    async with Client(cfg) as client, anyio.create_task_group() as tg:
+        with client.watch() as events:
+            await tg.start(client.run)
+            with anyio.fail_after(5):
+                while True:
+                    event = await events.receive()
+                    if isinstance(event, StatusEvent) and event.status.active[PayloadKind.VRP]:
+                        break
+            assert event.status.active[PayloadKind.VRP] == "g"
+        await client.aclose()
+
+
+async def test_aclose_during_a_slow_load_is_bounded_and_honest(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    started = threading.Event()
+    release = threading.Event()
+    original = file_source._read_and_parse
+
+    def slow(*args: Any) -> Any:
+        started.set()
+        release.wait(10)
+        return original(*args)
+
+    monkeypatch.setattr(file_source, "_read_and_parse", slow)
+    client = Client(config(path, cleanup_timeout=0.3))
+    try:
+        async with client, anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            await wait_for(started.is_set)
+            with anyio.fail_after(2):
+                await client.aclose()
+            assert client.cleanup_overdue
+            assert client.state is ClientState.CLOSING  # not pretending to be closed
+            assert client.get_status().cleanup_overdue
+            release.set()
+    finally:
+        release.set()
+    assert client.state is ClientState.CLOSED
+
+
+async def test_restart_with_the_same_file_never_extends_life(tmp_path: Path) -> None:
+    class Clock:
+        def __init__(self, wall: float) -> None:
+            self.now = wall
+
+        def wall(self) -> float:
+            return self.now
+
+        def monotonic(self) -> float:
+            return self.now
+
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A, expires=1_800_000_100))
+    clock = Clock(1_800_000_000)
+    for expected in (1, 0):
+        # First run before the entry's expiry; a "restart" after it serves nothing.
+        async with Client(config(path), clock=clock) as client, anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            await wait_for(lambda: client.get_snapshot() is not None)
+            snap = client.get_snapshot()
+            assert snap is not None
+            assert snap.snapshot.vrp_count == expected
+            await client.aclose()
+        clock.now += 200

@@ -1,0 +1,417 @@
+"""`Client`: the embeddable async face of the upstream half (sources, groups, expiry, snapshots).
+
+Lifecycle: created → open → running → closing → closed::
+
+    async with Client(config) as client:
+        async with anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            snapshot = await client.wait_ready()
+            with client.watch() as events:
+                async for event in events: ...
+
+`run` may be started once, in a task group the caller owns; there is no ``anyio.run`` inside.
+`aclose` is idempotent: it cancels the sources and waits at most ``cleanup_timeout``; if they
+are still busy (e.g. a parse in a worker thread) it says so in ``cleanup_overdue`` and the state
+stays CLOSING instead of pretending to be closed. `watch` gives an atomic initial snapshot and
+then a bounded queue of `SnapshotEvent`/`StatusEvent`; on overflow or an epoch change the watch
+raises a sticky `ResyncRequiredError`. `apply_config` swaps groups and sources at runtime with
+a higher revision: unchanged sources keep running with their data, removed ones are cancelled
+and their late results are never accepted.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Self
+
+import anyio
+from anyio.abc import TaskGroup, TaskStatus
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from snapshot.snapshot import Snapshot
+from upstream.aggregate import Aggregator, Group, Source
+from upstream.clock import Clock, SystemClock
+from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.selection import PayloadKind
+from upstream.status import SourceStatus
+
+log = logging.getLogger(__name__)
+
+
+class ClientState(enum.Enum):
+    """Where a `Client` is in its life."""
+
+    CREATED = "created"
+    OPEN = "open"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+class ResyncRequiredError(Exception):
+    """Raised by a watch that lost events (queue overflow) or outlived an epoch change."""
+
+
+@dataclass(frozen=True, slots=True)
+class ClientSnapshot:
+    """A published snapshot with where it came from."""
+
+    snapshot: Snapshot
+    #: Bumped by every `Client.apply_config`; events of one epoch form one sequence.
+    epoch: int
+    #: Counts snapshots within the client's life.
+    generation: int
+    #: Active group per payload kind.
+    active: dict[PayloadKind, str | None]
+    #: Wall time at which the first entry of this snapshot expires (None: none does).
+    usable_until: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStatus:
+    """A consistent picture of the client."""
+
+    state: ClientState
+    epoch: int
+    revision: int
+    generation: int
+    active: dict[PayloadKind, str | None]
+    started_groups: tuple[str, ...]
+    sources: tuple[SourceStatus, ...]
+    cleanup_overdue: bool
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotEvent:
+    """A new snapshot."""
+
+    snapshot: ClientSnapshot
+
+
+@dataclass(frozen=True, slots=True)
+class StatusEvent:
+    """The active groups or a source state changed."""
+
+    status: ClientStatus
+
+
+Event = SnapshotEvent | StatusEvent
+
+
+@dataclass(eq=False)
+class Watch:
+    """A bounded stream of events; use as a context manager and an async iterator."""
+
+    client: Client
+    epoch: int
+    _send: MemoryObjectSendStream[Event]
+    _receive: MemoryObjectReceiveStream[Event]
+    error: ResyncRequiredError | None = None
+    _closed: bool = field(default=False)
+
+    def offer(self, event: Event) -> None:
+        """Queue ``event``; a full queue turns into a sticky `ResyncRequiredError`."""
+        if self.error is not None or self._closed:
+            return
+        try:
+            self._send.send_nowait(event)
+        except anyio.WouldBlock:
+            self.fail(ResyncRequiredError("watch queue overflowed; events were lost"))
+
+    def fail(self, error: ResyncRequiredError) -> None:
+        """Make every later `receive` raise ``error``."""
+        if self.error is None:
+            self.error = error
+            self._send.close()
+
+    async def receive(self) -> Event:
+        """The next event; raises the sticky error once one happened."""
+        if self.error is not None:
+            raise self.error
+        try:
+            return await self._receive.receive()
+        except anyio.EndOfStream:
+            raise self.error or ResyncRequiredError("the client closed") from None
+
+    def close(self) -> None:
+        """Stop receiving events."""
+        self._closed = True
+        self.client._watches.discard(self)  # noqa: SLF001 - the client owns its watch registry
+        self._send.close()
+        self._receive.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> Event:
+        return await self.receive()
+
+
+class Client:
+    """Runs sources in groups and keeps the current snapshot; see the module docstring."""
+
+    def __init__(self, config: ClientConfig, *, clock: Clock | None = None) -> None:
+        """Configure; nothing runs and no file or socket is touched until `run`."""
+        self.config = config
+        self.clock = clock or SystemClock()
+        self.state = ClientState.CREATED
+        self.epoch = 0
+        self.generation = 0
+        self.cleanup_overdue = False
+        self._current: ClientSnapshot | None = None
+        self._watches: set[Watch] = set()
+        self._changed: anyio.Event | None = None
+        self._done: anyio.Event | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._tg: TaskGroup | None = None
+        self._sources: dict[str, tuple[SourceConfig, Source]] = {}
+        self._aggregator: Aggregator | None = None
+        self._aggregator_scope: anyio.CancelScope | None = None
+        self._aggregator_done: anyio.Event | None = None
+        self._last_status_key: object = None
+        self._build_aggregator(config, previous=None)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def __aenter__(self) -> Self:
+        if self.state is not ClientState.CREATED:
+            raise RuntimeError(f"cannot open a client that is {self.state.value}")
+        self.state = ClientState.OPEN
+        self._changed = anyio.Event()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """Run the sources until `aclose` or cancellation; may be started once."""
+        if self.state is not ClientState.OPEN:
+            raise RuntimeError(
+                f"run() needs an open client that never ran; it is {self.state.value}"
+            )
+        self.state = ClientState.RUNNING
+        self._done = anyio.Event()
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    await self._start_aggregator()
+                    task_status.started()
+                    await anyio.sleep_forever()
+        finally:
+            self._tg = None
+            self._done.set()
+            if self.state is ClientState.RUNNING or (
+                self.state is ClientState.CLOSING and self.cleanup_overdue
+            ):
+                self._finish_close()
+
+    async def aclose(self) -> None:
+        """Stop everything; bounded by ``cleanup_timeout``. Safe to call more than once."""
+        if self.state in (ClientState.CREATED, ClientState.OPEN):
+            self._finish_close()
+            return
+        if self.state is ClientState.CLOSED or (
+            self.state is ClientState.CLOSING and self.cleanup_overdue
+        ):
+            return
+        self.state = ClientState.CLOSING
+        if self._scope is not None:
+            self._scope.cancel()
+        assert self._done is not None
+        with anyio.move_on_after(self.config.cleanup_timeout) as waited:
+            await self._done.wait()
+        if waited.cancelled_caught:
+            self.cleanup_overdue = True
+            log.warning(
+                "client close: sources still busy after %.1f s (e.g. a parse in a worker "
+                "thread); they will stop when it returns",
+                self.config.cleanup_timeout,
+            )
+            return
+        self._finish_close()
+
+    def _finish_close(self) -> None:
+        self.state = ClientState.CLOSED
+        for watch in list(self._watches):
+            watch.fail(ResyncRequiredError("the client closed"))
+
+    # ------------------------------------------------------------------ queries
+    @property
+    def sources(self) -> tuple[Source, ...]:
+        """The source objects of the configuration in force (for their ``status``)."""
+        return tuple(source for _, source in self._sources.values())
+
+    def get_snapshot(self) -> ClientSnapshot | None:
+        """The current snapshot (None before the first one)."""
+        return self._current
+
+    def get_status(self) -> ClientStatus:
+        """Where the client and each source stand now."""
+        agg = self._aggregator
+        return ClientStatus(
+            state=self.state,
+            epoch=self.epoch,
+            revision=self.config.revision,
+            generation=self.generation,
+            active=dict(agg.active) if agg else dict.fromkeys(PayloadKind),
+            started_groups=tuple(sorted(agg.started_groups())) if agg else (),
+            sources=tuple(source.status for _, source in self._sources.values()),
+            cleanup_overdue=self.cleanup_overdue,
+        )
+
+    async def wait_ready(
+        self, required: Iterable[PayloadKind] = (PayloadKind.VRP,)
+    ) -> ClientSnapshot:
+        """Wait until a snapshot exists whose ``required`` kinds each have an active group.
+
+        Bound it with a cancel scope (``anyio.fail_after``) as with any wait.
+        """
+        kinds = frozenset(required)
+        while True:
+            current = self._current
+            if current is not None and all(current.active[k] is not None for k in kinds):
+                return current
+            if self.state in (ClientState.CLOSING, ClientState.CLOSED):
+                raise RuntimeError("the client is closing")
+            changed = self._changed
+            if changed is None:
+                raise RuntimeError("wait_ready() needs an open client")
+            await changed.wait()
+
+    def watch(self, max_queue: int = 64) -> Watch:
+        """Events from now on, starting with the current snapshot (if any)."""
+        if max_queue < 1:
+            raise ValueError("max_queue must be at least 1")
+        send, receive = anyio.create_memory_object_stream[Event](max_queue)
+        watch = Watch(self, self.epoch, send, receive)
+        if self.state is ClientState.CLOSED:
+            watch.fail(ResyncRequiredError("the client closed"))
+            return watch
+        if self._current is not None:
+            watch.offer(SnapshotEvent(self._current))
+        self._watches.add(watch)
+        return watch
+
+    # ------------------------------------------------------------------ runtime changes
+    async def apply_config(self, config: ClientConfig) -> int:
+        """Switch to ``config`` (a higher revision); returns the revision now in force.
+
+        Sources whose configuration is unchanged keep running and keep their data; removed
+        ones are cancelled and nothing they deliver later is accepted. Watches get a
+        `ResyncRequiredError` (a new epoch starts).
+        """
+        if config.revision <= self.config.revision:
+            raise ValueError(
+                f"revision {config.revision} is not above the current {self.config.revision}"
+            )
+        if self.state in (ClientState.CLOSING, ClientState.CLOSED):
+            raise RuntimeError("the client is closing")
+        previous = self._aggregator
+        self.config = config
+        self._build_aggregator(config, previous=previous)
+        self.epoch += 1
+        for watch in list(self._watches):
+            watch.fail(ResyncRequiredError(f"configuration revision {config.revision} applied"))
+        if self.state is ClientState.RUNNING:
+            if self._aggregator_scope is not None:
+                self._aggregator_scope.cancel()
+            if self._aggregator_done is not None:
+                # A kept source must not run twice at once: let the old round end first.
+                with anyio.move_on_after(config.cleanup_timeout):
+                    await self._aggregator_done.wait()
+            await self._start_aggregator()
+        log.info("configuration revision %d applied (epoch %d)", config.revision, self.epoch)
+        return config.revision
+
+    # ------------------------------------------------------------------ internals
+    def _build_aggregator(self, config: ClientConfig, previous: Aggregator | None) -> None:
+        sources: dict[str, tuple[SourceConfig, Source]] = {}
+        for entry in config.sources:
+            kept = self._sources.get(entry.name)
+            if kept is not None and kept[0] == entry:
+                sources[entry.name] = kept
+            else:
+                sources[entry.name] = (entry, make_source(entry, config, self.clock))
+        groups = [
+            Group(g, tuple(s for c, s in sources.values() if c.group == g.name))
+            for g in config.effective_groups()
+        ]
+        aggregator = Aggregator(
+            [],
+            self._on_snapshot,
+            clock=self.clock,
+            groups=groups,
+            clock_tolerance=config.clock_tolerance,
+        )
+        aggregator.on_status = self._on_status
+        if previous is not None:
+            # Unchanged sources keep their data (and its acceptance time) across the change.
+            for name, (_, source) in sources.items():
+                if self._sources.get(name, (None, None))[1] is source:
+                    previous.hand_over(name, aggregator)
+        self._sources = sources
+        self._aggregator = aggregator
+
+    async def _start_aggregator(self) -> None:
+        assert self._tg is not None
+        aggregator = self._aggregator
+        assert aggregator is not None
+
+        done = anyio.Event()
+
+        async def run_it(*, task_status: TaskStatus[None]) -> None:
+            try:
+                with anyio.CancelScope() as scope:
+                    self._aggregator_scope = scope
+                    await aggregator.run(task_status=task_status)
+            finally:
+                done.set()
+
+        self._aggregator_done = done
+        await self._tg.start(run_it)
+
+    async def _on_snapshot(self, snapshot: Snapshot) -> None:
+        agg = self._aggregator
+        assert agg is not None
+        self.generation += 1
+        current = ClientSnapshot(
+            snapshot, self.epoch, self.generation, dict(agg.active), agg.next_expiry_wall
+        )
+        self._current = current
+        for watch in list(self._watches):
+            watch.offer(SnapshotEvent(current))
+        self._wake()
+
+    def _on_status(self) -> None:
+        status = self.get_status()
+        key = (
+            tuple(sorted((k.value, v or "") for k, v in status.active.items())),
+            tuple((s.name, s.state) for s in status.sources),
+        )
+        if key == self._last_status_key:
+            return
+        self._last_status_key = key
+        for watch in list(self._watches):
+            watch.offer(StatusEvent(status))
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = anyio.Event()

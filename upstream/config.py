@@ -1,0 +1,141 @@
+"""What a `Client` runs: `ClientConfig` (groups, sources, timing) and how sources are built.
+
+Checking a configuration does no I/O: URLs are only parsed, so a configuration error is found
+before any network activity. `make_source` builds the source for one entry: a file path, an
+``http(s)://`` URL or an ``rtr://`` URL.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from upstream.file_source import FileSource
+from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
+from upstream.selection import GroupSpec
+
+if TYPE_CHECKING:
+    from upstream.aggregate import Source
+    from upstream.clock import Clock
+
+#: The group of sources given without one (``--source`` on the command line).
+IMPLICIT_GROUP = "default"
+
+
+#: A configured group is exactly what the selection rules work with.
+GroupConfig = GroupSpec
+
+
+@dataclass(frozen=True, slots=True)
+class SourceConfig:
+    """One source: where it is and, for some kinds, how to reach it."""
+
+    name: str
+    url: str
+    group: str = IMPLICIT_GROUP
+    poll_interval: float | None = None
+    #: Extra HTTP headers (e.g. an authorisation token; never logged).
+    headers: tuple[tuple[str, str], ...] = ()
+    ca_file: str | None = None
+    max_bytes: int | None = None
+    max_version: int | None = None
+
+    def __repr__(self) -> str:
+        # Header values may be secrets: never show them.
+        return (
+            f"SourceConfig(name={self.name!r}, url={self.url!r}, group={self.group!r}, "
+            f"headers={[n for n, _ in self.headers]!r})"
+        )
+
+
+def check_source_url(url: str) -> None:
+    """Raise ValueError for a source location that can never work (no I/O)."""
+    if not url:
+        raise ValueError("empty source")
+    scheme, sep, _ = url.partition("://")
+    if not sep:
+        return
+    if scheme in ("http", "https"):
+        from upstream.http_source import parse_http_url
+
+        parse_http_url(url)
+    elif scheme == "rtr":
+        from upstream.rtr_source import parse_rtr_url
+
+        parse_rtr_url(url)
+    else:
+        raise ValueError(f"source {url!r}: unsupported scheme {scheme!r} (file, http, https, rtr)")
+
+
+@dataclass(frozen=True, slots=True)
+class ClientConfig:
+    """Groups, sources and timing of a `Client`; ``revision`` orders runtime changes."""
+
+    sources: tuple[SourceConfig, ...]
+    #: Empty: every source is in one implicit group.
+    groups: tuple[GroupConfig, ...] = ()
+    poll_interval: float = 10.0
+    max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
+    #: Wall-clock drift (s) against the monotonic clock before online sources are distrusted.
+    clock_tolerance: float = 300.0
+    #: How long `Client.aclose` waits for its tasks before it reports ``cleanup_overdue``.
+    cleanup_timeout: float = 5.0
+    revision: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.sources:
+            raise ValueError("at least one source is needed")
+        if self.poll_interval <= 0 or self.cleanup_timeout <= 0 or self.clock_tolerance <= 0:
+            raise ValueError("poll_interval, cleanup_timeout and clock_tolerance must be > 0")
+        names = [s.name for s in self.sources]
+        for i, name in enumerate(names):
+            if names.index(name) != i:
+                raise ValueError(f"sources[{i}].name: {name!r} already used")
+        groups = {g.name for g in self.effective_groups()}
+        for i, source in enumerate(self.sources):
+            if source.group not in groups:
+                raise ValueError(f"sources[{i}].group: no group named {source.group!r}")
+            try:
+                check_source_url(source.url)
+            except ValueError as exc:
+                raise ValueError(f"sources[{i}].url: {exc}") from None
+
+    def effective_groups(self) -> tuple[GroupConfig, ...]:
+        """The configured groups, or the implicit one."""
+        if self.groups:
+            return self.groups
+        return (GroupConfig(IMPLICIT_GROUP, 0, startup_timeout=0.0, failback_delay=0.0),)
+
+
+def make_source(source: SourceConfig, config: ClientConfig, clock: Clock) -> Source:
+    """The source object for one entry (constructors do no I/O)."""
+    url = source.url
+    scheme = url.partition("://")[0] if "://" in url else ""
+    poll = source.poll_interval if source.poll_interval is not None else config.poll_interval
+    if scheme in ("http", "https"):
+        from upstream.http_source import HttpSource
+
+        extra: dict[str, Any] = {"headers": dict(source.headers), "ca_file": source.ca_file}
+        if source.max_bytes is not None:
+            extra["max_bytes"] = source.max_bytes
+        return HttpSource(
+            url,
+            name=source.name,
+            poll_interval=poll,
+            max_aspa_providers=config.max_aspa_providers,
+            clock=clock,
+            **extra,
+        )
+    if scheme == "rtr":
+        from upstream.rtr_source import RtrSource
+
+        version = source.max_version if source.max_version is not None else 2
+        return RtrSource(url, name=source.name, clock=clock, max_version=version)
+    return FileSource(
+        Path(url),
+        name=source.name,
+        poll_interval=poll,
+        max_aspa_providers=config.max_aspa_providers,
+        clock=clock,
+    )
