@@ -39,7 +39,7 @@ unit: $(STAMP)
 test: lint typecheck imports unit
 
 interop: $(STAMP)
-	$(VENV)/bin/pytest -q -m interop interop-tests
+	$(VENV)/bin/pytest -v -m interop --durations=10 interop-tests
 
 bench: $(STAMP)
 	$(PY) bench/snapshot_bench.py

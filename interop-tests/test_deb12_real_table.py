@@ -88,8 +88,9 @@ def real_update(real: RealTable) -> Update:
     """Swap in REAL_TABLE_NEXT once every daemon shows the full table (deltas start at 0)."""
     lab = real.lab
     before = real.before
+    deadline = time.monotonic() + HOLD_TIMEOUT
     for client in lab.clients.values():  # so that every delta starts at serial 0
-        checks.wait_counts(client, before, HOLD_TIMEOUT)
+        checks.wait_counts(client, before, max(1.0, deadline - time.monotonic()))
     replace_atomically(REAL_TABLE_NEXT, lab.served)
     lab.server.wait_log(r"published serial 1[ :]", 300)
     published = published_at(lab.server, 1)

@@ -54,7 +54,8 @@ class Bird(Client):
         self.started_at = time.time()
         procs.run(["bird", "-c", str(conf), "-s", str(ctl), "-P", str(run / "bird.pid")])
         self.tracked = procs.track(self.name, run / "bird.pid", "bird")
-        procs.wait_for(ctl.exists, 15, "bird control socket")
+        # The forked daemon writes its PID file and socket itself: wait for both.
+        procs.wait_for(lambda: (run / "bird.pid").exists() and ctl.exists(), 15, "bird to start")
 
     def birdc(self, *command: str, timeout: float = 60.0) -> str:
         """Run one birdc command."""

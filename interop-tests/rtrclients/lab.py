@@ -100,7 +100,12 @@ class Lab:
         if own is not None:
             return f"{own - since:.2f} (log)"
         timeline = self.timelines.get(name)
-        seen = timeline.first(client.target_counts(expected), since) if timeline else None
+        if timeline is None:
+            return "?"
+        target = client.target_counts(expected)
+        deadline = time.monotonic() + 5  # the caller may have seen it before the poller did
+        while (seen := timeline.first(target, since)) is None and time.monotonic() < deadline:
+            time.sleep(0.1)
         return f"{seen - since:.2f} (poll)" if seen is not None else "?"
 
     def connection_port(self, name: str) -> int:
