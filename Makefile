@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed
 LISTEN ?= 127.0.0.1:8323
 EXAMPLE ?= examples/rpki-client-example.json
 
-.PHONY: run test lint typecheck imports unit interop bench clean venv
+.PHONY: run test lint typecheck imports unit interop bench clean venv test-deps
 
 venv: $(STAMP)
 
@@ -33,7 +33,13 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
-unit: $(STAMP)
+# The RTR-client tests follow a real StayRTR (Debian package); install it when missing.
+test-deps:
+	@command -v stayrtr >/dev/null 2>&1 || { \
+	  echo "installing stayrtr (Debian) for the RTR client tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stayrtr; }
+
+unit: $(STAMP) test-deps
 	$(VENV)/bin/pytest -v tests
 
 test: lint typecheck imports unit
