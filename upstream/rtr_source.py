@@ -369,7 +369,7 @@ class RtrSource:
             log.info(
                 "source %s: %s; asking again in %.0f s", self.name, action.reason, action.delay
             )
-        if status.state is not SourceState.OK:
+        if status.state not in (SourceState.OK, SourceState.EXPIRED):
             status.state = SourceState.WAITING  # the data of the last sync (if any) stays
         status.attempted = True
 
@@ -398,6 +398,7 @@ class RtrSource:
             remaining = math.inf if expire_at is None else expire_at - self.clock.monotonic()
             if remaining <= 0:
                 self.session.expire()
+                self.status.state = SourceState.EXPIRED
                 self._withdraw(
                     sink,
                     f"expired: no successful sync for the Expire interval of "

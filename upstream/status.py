@@ -15,6 +15,9 @@ class SourceState(enum.Enum):
     OK = "ok"
     #: The last attempt failed (rejected update or environment error); older data may serve.
     ERROR = "error"
+    #: The source's own life ended (an RTR cache not synced within Expire): its data is gone.
+    #: Distinct from OK with zero records, which is a complete but empty (or all-expired) set.
+    EXPIRED = "expired"
 
 
 @dataclass(slots=True)
@@ -36,7 +39,8 @@ class SourceStatus:
 
     def failed(self, error_class: str, message: str, wall: float) -> None:
         """Record a failure of ``error_class`` (``format``, ``environment``, ...)."""
-        self.state = SourceState.ERROR
+        if self.state is not SourceState.EXPIRED:  # expired stays expired until a new sync
+            self.state = SourceState.ERROR
         self.last_error = message
         self.last_error_wall = wall
         self.errors[error_class] = self.errors.get(error_class, 0) + 1

@@ -182,6 +182,11 @@ async def test_edge_follows_an_update_by_notify_and_serial_query(tmp_path: Path)
             assert await served(port_of(edge), version) == expected_state(updated_export(), version)
 
 
+def state_of(source: RtrSource) -> SourceState:
+    """Read afresh (mypy would keep an earlier assert's narrowing of the attribute)."""
+    return source.status.state
+
+
 async def test_core_loss_keeps_data_until_expire_then_withdraws(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -209,6 +214,15 @@ async def test_core_loss_keeps_data_until_expire_then_withdraws(
         assert await served(port_of(edge), 2) == RouterState()
         assert any("withdrawn" in m and "expired" in m for m in warnings_of(caplog))
         assert source.status.records == {}
+        # Expired (the source's own life ended), not "ok but empty"; later failed reconnects
+        # keep saying so.
+        assert state_of(source) is SourceState.EXPIRED
+        assert not source.has_data
+        errors = source.status.errors.get("connect", 0)
+        await wait_until(
+            lambda: source.status.errors.get("connect", 0) > errors, what="another reconnect"
+        )
+        assert state_of(source) is SourceState.EXPIRED
 
 
 async def test_core_restart_with_new_session_makes_the_edge_reset(
