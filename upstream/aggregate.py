@@ -129,7 +129,8 @@ class Aggregator:
         self.payloads: dict[str, SourcePayload] = {}
         #: (wall, monotonic) time each source's current payload was accepted.
         self._anchors: dict[str, tuple[float, float]] = {}
-        self._untrusted: set[str] = set()
+        #: Sources distrusted after a clock jump, with their sync count at that moment.
+        self._untrusted: dict[str, int] = {}
         self.clock_tolerance = clock_tolerance
         #: A clock frozen on purpose (--reference-time) has no drift to watch.
         self._frozen = bool(getattr(self.clock, "frozen", False))
@@ -159,12 +160,20 @@ class Aggregator:
     def _accept(self, name: str, payload: SourcePayload) -> None:
         self.payloads[name] = payload
         self._anchors[name] = (self.clock.wall(), self.clock.monotonic())
-        self._untrusted.discard(name)
+        self._untrusted.pop(name, None)
         self._changed.set()
 
     def _has_data(self, source: Source) -> bool:
-        if source.name in self._untrusted:
-            return False
+        distrusted_at = self._untrusted.get(source.name)
+        if distrusted_at is not None:
+            if source.status.syncs <= distrusted_at:
+                return False
+            # It reached its upstream again under the new clock (an unchanged answer counts):
+            # from now on its data is judged against the clock as it is now.
+            del self._untrusted[source.name]
+            if source.name in self._anchors:
+                self._anchors[source.name] = (self.clock.wall(), self.clock.monotonic())
+            log.info("source %s synced again after the clock jump: trusted", source.name)
         flag = getattr(source, "has_data", None)
         return source.name in self.payloads if flag is None else bool(flag)
 
@@ -217,7 +226,9 @@ class Aggregator:
             self.active = decision.active
             if self.on_status is not None:
                 self.on_status()
-            waits = [READY_POLL if self._starting() else math.inf]
+            # Sources report some changes (first attempts, syncs after a clock jump) without a
+            # payload: look again soon while any is pending.
+            waits = [READY_POLL if self._starting() or self._untrusted else math.inf]
             if decision.next_wake is not None:
                 waits.append(max(0.0, decision.next_wake - self.clock.monotonic()))
             if self.builds == 0 and all(group is None for group in decision.active.values()):
@@ -278,7 +289,7 @@ class Aggregator:
                 continue
             drift = wall - (anchor[0] + (mono - anchor[1]))
             if abs(drift) > self.clock_tolerance and getattr(source, "kind", "") in ONLINE:
-                self._untrusted.add(source.name)
+                self._untrusted[source.name] = source.status.syncs
                 log.warning(
                     "wall clock moved %+.0f s against the monotonic clock since source %s "
                     "delivered; its data is not used until it syncs again",

@@ -136,6 +136,8 @@ class FileSource:
         self._signature = signature
         self.status.bytes_read += size
         if payload is None:
+            if digest == self._digest:
+                self.status.syncs += 1  # the content in force, confirmed
             if digest == self._digest and self.status.state is not SourceState.OK:
                 # The content in force is back (after a broken or missing file).
                 self.status.state = SourceState.OK
@@ -148,6 +150,7 @@ class FileSource:
         status = self.status
         status.state = SourceState.OK
         status.attempted = True
+        status.syncs += 1
         status.last_success_wall = self.clock.wall()
         status.records = payload.counts()
         log.info(

@@ -745,6 +745,8 @@ class HttpSource:
     def _unchanged(self, how: str) -> None:
         status = self.status
         status.attempted = True
+        if not self._last_rejected:
+            status.syncs += 1
         if self._last_rejected:
             status.state = SourceState.ERROR
             log.debug("source %s: %s %s; still the rejected update", self.name, self.url, how)
@@ -783,6 +785,7 @@ class HttpSource:
         payload = parsed.payload
         status.state = SourceState.OK
         status.attempted = True
+        status.syncs += 1
         status.last_success_wall = self.clock.wall()
         status.records = payload.counts()
         encoded = "" if response.size == response.raw_bytes else f", {response.raw_bytes} encoded"

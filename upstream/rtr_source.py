@@ -325,6 +325,7 @@ class RtrSource:
             self._expire_at = self.clock.monotonic() + self.session.timers.expire
             self._failures = 0
             status.state = SourceState.OK
+            status.syncs += 1
             status.last_success_wall = self.clock.wall()
         if not action.changed and self._live:
             log.debug("source %s: serial %s, no change", self.name, self.session.serial)

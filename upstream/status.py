@@ -36,6 +36,9 @@ class SourceStatus:
     errors: dict[str, int] = field(default_factory=dict)
     #: True once the first attempt (success, missing or failure) has finished.
     attempted: bool = False
+    #: Successful contacts with the upstream, unchanged answers included (an HTTP 304, an End
+    #: of Data with nothing new). Shows the source is alive; never extends any data's life.
+    syncs: int = 0
 
     def failed(self, error_class: str, message: str, wall: float) -> None:
         """Record a failure of ``error_class`` (``format``, ``environment``, ...)."""

@@ -11,7 +11,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
-from tests.upstream.helpers import export, write_atomically
+from tests.upstream.helpers import export, touch, write_atomically
 from upstream.aggregate import Aggregator
 from upstream.file_source import FileSource
 
@@ -102,6 +102,25 @@ async def test_jump_distrusts_online_sources_until_they_deliver_again(tmp_path: 
         assert "a" in aggregator._untrusted
         write_atomically(path, export([("192.0.2.0/24", 24, 64497)]))
         await next_matching(snapshots, 1)  # it delivered again: trusted
+        assert "a" not in aggregator._untrusted
+
+
+async def test_an_unchanged_answer_after_a_jump_restores_trust(tmp_path: Path) -> None:
+    path = tmp_path / "a.json"
+    write_atomically(path, export([("192.0.2.0/24", 24, 64496)]))
+    clock = ManualClock()
+    source = FileSource(path, name="a", poll_interval=0.05, clock=clock)
+    source.kind = "http"
+    async with running(source, clock) as (aggregator, snapshots):
+        await next_matching(snapshots, 1)
+        clock.wall_now += 3600
+        aggregator.poke()
+        await next_matching(snapshots, 0)
+        touch(path)  # same bytes, read again: the upstream confirmed its data (like a 304)
+        await next_matching(snapshots, 1)
+        assert "a" not in aggregator._untrusted
+        aggregator.poke()  # judged against the new clock now: no new distrust
+        await next_matching(snapshots, 1)
         assert "a" not in aggregator._untrusted
 
 

@@ -1,0 +1,132 @@
+"""Failover end to end with real sources: an RTR cache (an rtr-serve core) and an HTTP server.
+
+Group "primary" follows rtr://core, group "backup" polls an HTTP export. Start-up timeout and
+fail-back delay are short real times; Expire is passed by moving the monotonic clock. Each
+switch is timed, and `SWITCH_TIMES` collects them (printed with ``pytest -s``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import anyio
+import pytest
+
+from rtr_server.app import AppConfig
+from rtr_server.settings import ListenAddress
+from snapshot.snapshot import Snapshot
+from tests.server.helpers import TIMERS, settings
+from tests.upstream.helpers import export, wait_for
+from tests.upstream.http_server import Reply, ScriptedServer
+from tests.upstream.rtr_source_helpers import free_port, quick, running_core
+from upstream.client import Client
+from upstream.config import ClientConfig, GroupConfig, SourceConfig
+from upstream.rtr_source import RtrSource
+from upstream.selection import PayloadKind
+
+pytestmark = pytest.mark.anyio
+
+A = [("192.0.2.0/24", 24, 64496)]
+B = [("198.51.100.0/24", 24, 64497)]
+STARTUP = 0.5
+FAILBACK = 1.0
+SWITCH_TIMES: dict[str, float] = {}
+
+
+class PassingClock:
+    """Real time, plus whatever time the test lets pass at once (on both clocks)."""
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def wall(self) -> float:
+        return time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+def vrps(snapshot: Snapshot | None) -> set[tuple[str, int, int]]:
+    if snapshot is None:
+        return set()
+    return {(str(v.prefix), v.max_length, v.asn) for v in snapshot.vrps()}
+
+
+async def until(client: Client, check: Callable[[], bool], within: float = 15.0) -> float:
+    """Seconds until ``check()`` holds (polled on every client change)."""
+    started = time.monotonic()
+    await wait_for(check, within)
+    return time.monotonic() - started
+
+
+@asynccontextmanager
+async def web_export(vrp_list: list[tuple[str, int, int]]) -> AsyncIterator[ScriptedServer]:
+    server = ScriptedServer()
+    server.script(Reply(200, export(vrp_list), {"Content-Type": "application/json"}))
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def serving(client: Client, group: str, expected: list[tuple[str, int, int]]) -> bool:
+    snap = client.get_snapshot()
+    return (
+        snap is not None
+        and snap.active[PayloadKind.VRP] == group
+        and vrps(snap.snapshot) == set(expected)
+    )
+
+
+async def test_rtr_primary_http_backup_startup_failback_and_expiry(tmp_path: Path) -> None:
+    core_json = tmp_path / "core.json"
+    core_json.write_bytes(export(A))
+    port = free_port()
+    clock = PassingClock()
+    async with web_export(B) as web:
+        config = ClientConfig(
+            (
+                SourceConfig("core", f"rtr://127.0.0.1:{port}", "primary"),
+                SourceConfig("web", web.url(), "backup", poll_interval=0.1),
+            ),
+            (
+                GroupConfig("primary", 10, startup_timeout=STARTUP, failback_delay=FAILBACK),
+                GroupConfig("backup", 20, startup_timeout=STARTUP, failback_delay=FAILBACK),
+            ),
+        )
+        async with Client(config, clock=clock) as client, anyio.create_task_group() as tg:
+            (rtr,) = [s for s in client.sources if isinstance(s, RtrSource)]
+            quick(rtr)
+            await tg.start(client.run)
+            # 1. The primary cache is down at start: the backup serves after the start-up timeout.
+            took = await until(client, lambda: serving(client, "backup", B))
+            assert took >= STARTUP * 0.9
+            SWITCH_TIMES["primary down at start -> backup serving"] = took
+            # 2. The cache comes up: fail-back only after the primary was ready FAILBACK s.
+            core_config = AppConfig(
+                sources=(core_json,),
+                server=settings(listen=(ListenAddress("127.0.0.1", port),)),
+                poll_interval=0.05,
+            )
+            async with running_core(core_config):
+                await until(client, lambda: rtr.has_data)
+                ready_at = time.monotonic()
+                assert serving(client, "backup", B)  # not yet: the delay runs
+                await until(client, lambda: serving(client, "primary", A))
+                waited = time.monotonic() - ready_at
+                assert waited >= FAILBACK * 0.9
+                SWITCH_TIMES["primary back -> fail-back (after the delay)"] = waited
+            # 3. The cache is gone: its data serves until Expire, then the backup takes over.
+            await anyio.sleep(0.3)
+            assert serving(client, "primary", A)
+            clock.advance(TIMERS.expire + 1)  # time passes: wall and monotonic alike
+            took = await until(client, lambda: serving(client, "backup", B))
+            SWITCH_TIMES["primary expired -> backup serving"] = took
+            await client.aclose()
+    print("\nfailover switch times:", {k: round(v, 3) for k, v in SWITCH_TIMES.items()})
