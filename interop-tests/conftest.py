@@ -2,9 +2,22 @@
 
 from __future__ import annotations
 
+import signal
+from types import FrameType
+
 import pytest
 from rtrclients import procs, summary
 from rtrclients.lab import CACHE
+
+
+def _interrupt(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """SIGTERM (a CI job cancelled or timed out) tears the fixtures down like Ctrl-C does."""
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _interrupt)
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -105,6 +106,12 @@ class RtrServe:
         return self.proc.returncode
 
 
+def _die_with_us(args: list[str]) -> list[str]:
+    """Run ``args`` so that it gets SIGTERM if the test process dies without cleaning up."""
+    setpriv = shutil.which("setpriv")  # util-linux
+    return [setpriv, "--pdeathsig", "TERM", "--", *args] if setpriv else args
+
+
 @contextmanager
 def start_rtr_serve(
     source: Path,
@@ -145,7 +152,7 @@ def start_rtr_serve(
     args += list(extra)
     with log_path.open("wb") as log_file:
         proc = subprocess.Popen(
-            args,
+            _die_with_us(args),
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},

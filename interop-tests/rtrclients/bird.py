@@ -37,7 +37,7 @@ SYNCED = re.compile(
 
 
 class Bird(Client):
-    """BIRD as an RTR v1 client."""
+    """BIRD in the foreground (-f) as an RTR v1 client."""
 
     name = "bird"
     label = "BIRD 2.0.12 (bird2)"
@@ -45,17 +45,22 @@ class Bird(Client):
     logs_syncs = True
 
     def start(self) -> None:
-        """Write the config, check it, start BIRD (it forks) and wait for its socket."""
+        """Write the config, check it (bird -p), start BIRD and wait for its socket."""
         run = self.run_dir
         conf = run / "bird.conf"
         conf.write_text(CONFIG.format(run=run, host=self.host, port=self.port))
         ctl = self.socket_path("bird.ctl")
         procs.run(["bird", "-p", "-c", str(conf)])
         self.started_at = time.time()
-        procs.run(["bird", "-c", str(conf), "-s", str(ctl), "-P", str(run / "bird.pid")])
-        self.tracked = procs.track(self.name, run / "bird.pid", "bird")
-        # The forked daemon writes its PID file and socket itself: wait for both.
-        procs.wait_for(lambda: (run / "bird.pid").exists() and ctl.exists(), 15, "bird to start")
+        self.tracked = procs.spawn(
+            self.name,
+            ["bird", "-f", "-c", str(conf), "-s", str(ctl), "-P", str(run / "bird.pid")],
+            log=run / "bird.stderr",
+            pidfile=run / "bird.pid",
+            comm="bird",
+            own_pidfile=False,
+        )
+        procs.wait_for(ctl.exists, 15, "bird control socket")
 
     def birdc(self, *command: str, timeout: float = 60.0) -> str:
         """Run one birdc command."""

@@ -38,7 +38,7 @@ def run_root() -> Path:
     if not _RUN_ROOT:
         base = CACHE / "deb12"
         base.mkdir(parents=True, exist_ok=True)
-        for old in sorted(base.glob("run-*"))[:-4]:  # keep the last few for post-mortems
+        for old in sorted(base.glob("run-*"))[:-2]:  # keep the last runs for post-mortems
             pid = old.name.rsplit("-", 1)[-1]
             if not (pid.isdigit() and procs.alive(int(pid))):
                 shutil.rmtree(old, ignore_errors=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -14,6 +15,13 @@ from pathlib import Path
 
 #: Every process the suite started, so the end of the session can prove none is left.
 STARTED: list[Tracked] = []
+#: util-linux setpriv: a daemon gets SIGTERM if the test process dies without cleaning up.
+SETPRIV = shutil.which("setpriv")
+
+
+def die_with_us(args: Sequence[str]) -> list[str]:
+    """``args`` run so that the process gets SIGTERM when the test process dies (even -9)."""
+    return [SETPRIV, "--pdeathsig", "TERM", "--", *args] if SETPRIV else list(args)
 
 
 @dataclass
@@ -84,7 +92,7 @@ def spawn(
     """
     with log.open("ab") as out, (stderr or log).open("ab") as err:
         popen = subprocess.Popen(
-            list(args),
+            die_with_us(args),
             stdin=subprocess.DEVNULL,
             stdout=out,
             stderr=err,
@@ -160,12 +168,12 @@ def stop(tracked: Tracked, timeout: float = 15.0) -> None:
     popen = tracked.popen
     if pid is None:
         return
-    if comm_of(pid) != tracked.comm or not alive(pid):
-        if popen is not None and popen.poll() is None and comm_of(popen.pid) == tracked.comm:
-            pid = popen.pid  # the PID file was not written yet
-        else:
-            _reap(popen)
-            return
+    # Our own unreaped child cannot have had its PID reused; any other PID must still be the
+    # daemon we started (same process name).
+    ours = popen is not None and pid == popen.pid and popen.poll() is None
+    if not ours and (comm_of(pid) != tracked.comm or not alive(pid)):
+        _reap(popen)
+        return
     family = tree(pid)
     _signal(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout

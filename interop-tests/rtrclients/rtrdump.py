@@ -12,6 +12,7 @@ from pathlib import Path
 from rtrclients.vrps import RouterKey, Vrp, router_key, vrp_from_prefix
 
 END_OF_DATA = re.compile(r"End of Data v(\d) \(session: (\d+)\): serial: (\d+)")
+KEEP_BYTES = 1 << 20
 DATA_PDU = re.compile(
     r"Received: PDU IPv[46] Prefix v\d (\S+)\(->/(\d+)\), origin: AS(\d+), flags: (\d)"
 )
@@ -83,4 +84,6 @@ def dump(
         router_key(k["asn"], k["ski"], base64.b64decode(k["pubkey"]))
         for k in doc.get("bgpsec_keys") or []
     }
+    if out.stat().st_size > KEEP_BYTES:  # a full-table dump is 40 MB; its log is kept
+        out.unlink()
     return result
