@@ -73,7 +73,11 @@ def restart() -> Iterator[Restart]:
         lab.server = second
         published = published_at(second, 0)
         assert published is not None
-        yield Restart(lab, first, a, b, published)
+        try:
+            yield Restart(lab, first, a, b, published)
+        finally:  # the daemons leave before the second rtr-serve stops (clean close lines)
+            for client in clients.values():
+                client.stop()
 
 
 @pytest.mark.parametrize("name", DAEMONS)
