@@ -92,11 +92,13 @@ def test_reload_after_restart(restart: Restart, name: str) -> None:
     wait_holds(client, restart.b, RELOAD_TIMEOUT, serial=0)
     story = peer_log(lab.server, peer_name(lab.connection_port(name)))
     assert story.connected == 1, story
-    assert [r.version for r in story.resets] == [client.expected_version], story
-    assert story.cache_resets <= 1, story
+    assert story.resets, story
+    assert {r.version for r in story.resets} == {client.expected_version}, story
     assert story.closed == [], story
+    # OpenBGPD may send two Serial Queries back to back on a new connection (lab §6): each gets
+    # a Cache Reset, so their number is recorded, not asserted.
     held = lab.held_time(name, restart.b, restart.published, serial=0)
-    how = "Serial Query -> Cache Reset -> " if story.cache_resets else ""
+    how = f"Serial Query -> Cache Reset (x{story.cache_resets}) -> " if story.cache_resets else ""
     summary.record(name, restart=f"{how}Reset Query v{story.resets[0].version}; B held {held}")
 
 
