@@ -86,6 +86,11 @@ class RtrServer:
             )
         else:
             counts = action.delta.counts()
+            # Only what this version carries: no router keys on v0, no ASPA below v2.
+            if action.version < 1:
+                counts["router_key_announce"] = counts["router_key_withdraw"] = 0
+            if action.version < 2:
+                counts["aspa_announce"] = counts["aspa_withdraw"] = 0
             log.info(
                 "router %s: serial query v%d from serial %s -> delta to serial %s "
                 "(+%d/-%d VRPs, +%d/-%d router keys, %d/%d ASPA announce/withdraw; %d bytes)",
