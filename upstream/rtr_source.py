@@ -187,7 +187,7 @@ class RtrSource:
         self.response_timeout = RESPONSE_TIMEOUT
         self.expire_check = EXPIRE_CHECK
         self.session = ClientSession(max_version=max_version, no_data_retry=retry_max)
-        self.status = SourceStatus(self.name, self.kind, url)
+        self.status = SourceStatus(self.name, self.kind, url, connected=False)
         #: True while a TCP connection to the cache is up.
         self.connected = False
         #: TCP connections established so far.
@@ -240,7 +240,7 @@ class RtrSource:
                 self._failed("connect", f"cannot connect to {self.cache}: {exc or 'timeout'}")
                 return False
             _enable_keepalive(stream)
-            self.connected = True
+            self.connected = self.status.connected = True
             self.connections += 1
             log.info(
                 "source %s: connected to %s (protocol version %d)",
@@ -256,7 +256,7 @@ class RtrSource:
             self._failed("connection", f"connection to {self.cache} lost: {exc!r}")
             return False
         finally:
-            self.connected = False
+            self.connected = self.status.connected = False
             if self.session.state is not ClientState.DISCONNECTED:
                 self.session.connection_lost()
             if stream is not None:

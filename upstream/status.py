@@ -32,6 +32,8 @@ class SourceStatus:
     last_error: str | None = None
     last_error_wall: float | None = None
     records: dict[str, int] = field(default_factory=dict)
+    #: For sources that hold a connection (RTR): whether it is up now; None for pollers.
+    connected: bool | None = None
     bytes_read: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     #: True once the first attempt (success, missing or failure) has finished.

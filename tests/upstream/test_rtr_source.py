@@ -197,8 +197,10 @@ async def test_core_loss_keeps_data_until_expire_then_withdraws(
         source = rtr_source_of(edge)
         held = snapshot_of(edge)
         assert held == snapshot_of(core.app)
+        assert source.status.connected is True
         await core.kill()
         await wait_until(lambda: not source.connected, what="the edge to notice")
+        assert source.status.connected is False
         await wait_until(lambda: source.status.errors.get("connect", 0) >= 3, what="reconnects")
         assert source.status.state is SourceState.ERROR
         assert "cannot connect" in (source.status.last_error or "")
