@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 PayloadSink = Callable[[str, SourcePayload], None]
 
+#: 1 GiB: about ten times today's largest global export, uncompressed.
+DEFAULT_MAX_BYTES = 1 << 30
+
 
 def load_file(path: Path, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS) -> SourcePayload:
     """Read, decompress and parse one export synchronously (for tools and tests)."""
@@ -36,7 +39,10 @@ def load_file(path: Path, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS) 
 
 
 def _read_and_parse(
-    path: Path, known: tuple[bytes | None, ...], max_aspa_providers: int
+    path: Path,
+    known: tuple[bytes | None, ...],
+    max_aspa_providers: int,
+    max_bytes: int = DEFAULT_MAX_BYTES,
 ) -> tuple[bytes, int, SourcePayload | None]:
     """(digest, size, payload); payload is None when the digest is one of ``known``."""
     raw = path.read_bytes()
@@ -44,7 +50,9 @@ def _read_and_parse(
     size = len(raw)
     if digest in known:
         return digest, size, None
-    data = decompress(raw)
+    if size > max_bytes:
+        raise FormatError(f"file of {size} bytes exceeds the limit of {max_bytes} bytes")
+    data = decompress(raw, max_size=max_bytes)
     del raw
     return digest, size, parse_export(data, max_aspa_providers=max_aspa_providers)
 
@@ -69,6 +77,7 @@ class FileSource:
         poll_interval: float = 10.0,
         max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS,
         clock: Clock | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> None:
         """Configure; touches no file (that happens in `run`)."""
         if poll_interval <= 0:
@@ -77,6 +86,9 @@ class FileSource:
         self.name = name or str(path)
         self.poll_interval = poll_interval
         self.max_aspa_providers = max_aspa_providers
+        #: Largest export accepted, compressed and decompressed (a decompression bomb is
+        #: rejected like any malformed update).
+        self.max_bytes = max_bytes
         self.clock = clock or SystemClock()
         self.status = SourceStatus(self.name, self.kind, str(path))
         self._signature: tuple[int, int, int] | None = None
@@ -115,6 +127,7 @@ class FileSource:
                 self.path,
                 (self._digest, self._rejected_digest),
                 self.max_aspa_providers,
+                self.max_bytes,
             )
         except FileNotFoundError:
             return False  # removed between stat and read; the next poll says so

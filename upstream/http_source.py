@@ -43,12 +43,10 @@ Contract:
 
 from __future__ import annotations
 
-import bz2
 import email.utils
 import hashlib
 import ipaddress
 import logging
-import lzma
 import random
 import re
 import ssl
@@ -59,7 +57,7 @@ from dataclasses import dataclass
 from functools import cache
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-from typing import Final, Protocol
+from typing import Final
 
 import anyio
 import httpx
@@ -68,7 +66,9 @@ from upstream.clock import Clock, SystemClock
 from upstream.json_format import (
     DEFAULT_MAX_ASPA_PROVIDERS,
     FormatError,
+    SizeLimitError,
     SourcePayload,
+    decompress,
     parse_export,
 )
 from upstream.status import SourceState, SourceStatus
@@ -242,13 +242,6 @@ def _describe(exc: BaseException) -> str:
 # ---------------------------------------------------------------- bounded decompression
 
 
-class _Decompressor(Protocol):
-    @property
-    def eof(self) -> bool: ...
-    @property
-    def unused_data(self) -> bytes: ...
-
-
 class _ContentDecoder:
     """Undo one gzip or deflate Content-Encoding step, in pieces of at most `_STEP` bytes."""
 
@@ -320,76 +313,16 @@ def _too_large(limit: int, what: str) -> _PollError:
 
 
 def _decompress_bounded(data: bytes, limit: int) -> bytes:
-    """`json_format.decompress` (same magic numbers, same members) with an output cap.
+    """`json_format.decompress` with an output cap; the cap is a ``size`` failure.
 
     Raises:
         FormatError: corrupt or truncated compressed data.
         _PollError: class ``size`` once the output would exceed ``limit``.
     """
-    if data[:2] == b"\x1f\x8b":
-        kind, magic = "gzip", data[:2]
-    elif data[:3] == b"BZh":
-        kind, magic = "bzip2", data[:3]
-    elif data[:6] == b"\xfd7zXZ\x00":
-        kind, magic = "xz", data[:6]
-    else:
-        return data
-    out: list[bytes] = []
-    total = 0
-    rest = data
     try:
-        while rest:
-            obj: _Decompressor
-            if kind == "gzip":
-                zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                obj, pieces = zobj, _zlib_pieces(zobj, rest)
-            elif kind == "bzip2":
-                bobj = bz2.BZ2Decompressor()
-                obj, pieces = bobj, _stream_pieces(bobj, rest)
-            else:
-                xobj = lzma.LZMADecompressor()
-                obj, pieces = xobj, _stream_pieces(xobj, rest)
-            for piece in pieces:
-                total += len(piece)
-                if total > limit:
-                    raise _too_large(limit, f"decompressed {kind} body")
-                out.append(piece)
-            if not obj.eof:
-                raise FormatError(f"corrupt compressed data: truncated {kind} stream")
-            rest = obj.unused_data
-            if rest and not rest.startswith(magic):
-                if rest.strip(b"\0"):
-                    raise FormatError(f"corrupt compressed data: garbage after the {kind} stream")
-                break
-    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"corrupt compressed data: {exc}") from None
-    return b"".join(out)
-
-
-def _zlib_pieces(obj: zlib._Decompress, data: bytes) -> Iterator[bytes]:
-    while not obj.eof:
-        out = obj.decompress(data, _STEP)
-        data = obj.unconsumed_tail
-        if not out and not data:
-            return
-        yield out
-
-
-class _StreamDecompressor(_Decompressor, Protocol):
-    @property
-    def needs_input(self) -> bool: ...
-    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
-
-
-def _stream_pieces(obj: _StreamDecompressor, data: bytes) -> Iterator[bytes]:
-    out = obj.decompress(data, max_length=_STEP)
-    while True:
-        yield out
-        if obj.eof or obj.needs_input:
-            return
-        out = obj.decompress(b"", max_length=_STEP)
+        return decompress(data, max_size=limit)
+    except SizeLimitError as exc:
+        raise _too_large(limit, f"decompressed {exc.kind} body") from None
 
 
 # ---------------------------------------------------------------- worker-thread step

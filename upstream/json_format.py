@@ -20,17 +20,17 @@ from __future__ import annotations
 import base64
 import binascii
 import bz2
-import gzip
 import itertools
 import json
 import lzma
+import math
 import socket
 import zlib
 from array import array
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 from snapshot.model import (
     SKI_LENGTH,
@@ -117,18 +117,100 @@ def _valid_keys(packed: bytes, expires: array[int], width: int, now: int) -> byt
     return b"".join(k for k, e in zip(keys, expires, strict=True) if now < e)
 
 
-def decompress(data: bytes) -> bytes:
-    """Undo gzip, bzip2 or xz compression, recognised by magic number; other data is returned."""
+class SizeLimitError(FormatError):
+    """Raised when decompressed data would exceed the size cap."""
+
+    def __init__(self, kind: str, limit: int) -> None:
+        super().__init__(f"decompressed {kind} data exceeds the limit of {limit} bytes")
+        self.kind = kind
+        self.limit = limit
+
+
+#: Output is produced in pieces of at most this size, so the cap is checked as it grows.
+_STEP: Final = 1 << 20
+
+
+class _Decompressor(Protocol):
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+
+
+class _StreamDecompressor(_Decompressor, Protocol):
+    @property
+    def needs_input(self) -> bool: ...
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
+
+
+def _zlib_pieces(obj: zlib._Decompress, data: bytes) -> Iterator[bytes]:
+    while not obj.eof:
+        out = obj.decompress(data, _STEP)
+        data = obj.unconsumed_tail
+        if not out and not data:
+            return
+        yield out
+
+
+def _stream_pieces(obj: _StreamDecompressor, data: bytes) -> Iterator[bytes]:
+    out = obj.decompress(data, max_length=_STEP)
+    while True:
+        yield out
+        if obj.eof or obj.needs_input:
+            return
+        out = obj.decompress(b"", max_length=_STEP)
+
+
+def decompress(data: bytes, max_size: int | None = None) -> bytes:
+    """Undo gzip, bzip2 or xz compression; other data is returned as it is.
+
+    The format is recognised by its magic number; several members are allowed.
+
+    Raises:
+        FormatError: corrupt or truncated compressed data, or garbage after it.
+        SizeLimitError: the output would exceed ``max_size`` (checked as it grows).
+    """
+    if data[:2] == b"\x1f\x8b":
+        kind, magic = "gzip", data[:2]
+    elif data[:3] == b"BZh":
+        kind, magic = "bzip2", data[:3]
+    elif data[:6] == b"\xfd7zXZ\x00":
+        kind, magic = "xz", data[:6]
+    else:
+        return data
+    limit = math.inf if max_size is None else max_size
+    out: list[bytes] = []
+    total = 0
+    rest = data
     try:
-        if data[:2] == b"\x1f\x8b":
-            return gzip.decompress(data)
-        if data[:3] == b"BZh":
-            return bz2.decompress(data)
-        if data[:6] == b"\xfd7zXZ\x00":
-            return lzma.decompress(data)
+        while rest:
+            obj: _Decompressor
+            if kind == "gzip":
+                zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
+                obj, pieces = zobj, _zlib_pieces(zobj, rest)
+            elif kind == "bzip2":
+                bobj = bz2.BZ2Decompressor()
+                obj, pieces = bobj, _stream_pieces(bobj, rest)
+            else:
+                xobj = lzma.LZMADecompressor()
+                obj, pieces = xobj, _stream_pieces(xobj, rest)
+            for piece in pieces:
+                total += len(piece)
+                if total > limit:
+                    raise SizeLimitError(kind, int(limit))
+                out.append(piece)
+            if not obj.eof:
+                raise FormatError(f"corrupt compressed data: truncated {kind} stream")
+            rest = obj.unused_data
+            if rest and not rest.startswith(magic):
+                if rest.strip(b"\0"):
+                    raise FormatError(f"corrupt compressed data: garbage after the {kind} stream")
+                break
     except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as exc:
+        if isinstance(exc, FormatError):
+            raise
         raise FormatError(f"corrupt compressed data: {exc}") from None
-    return data
+    return b"".join(out)
 
 
 # ---------------------------------------------------------------- field readers

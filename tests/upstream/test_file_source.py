@@ -195,6 +195,22 @@ async def test_corrupt_gzip_is_a_format_error_not_a_crash(tmp_path: Path) -> Non
     assert emitted == []
 
 
+async def test_decompression_bomb_is_rejected_by_the_size_cap(tmp_path: Path) -> None:
+    path = tmp_path / "export.json.gz"
+    document = export(V2) + b" " * 200_000  # valid JSON, large once decompressed
+    write_atomically(path, gzip.compress(document))
+    emitted: list[SourcePayload] = []
+    source = FileSource(path, poll_interval=POLL, max_bytes=100_000)
+    assert not await source.check(lambda _name, payload: emitted.append(payload))
+    assert source.status.state is SourceState.ERROR
+    assert "exceeds the limit of 100000 bytes" in (source.status.last_error or "")
+    assert emitted == []
+    # The same content within a larger cap loads.
+    roomy = FileSource(path, poll_interval=POLL, max_bytes=1_000_000)
+    assert await roomy.check(lambda _name, payload: emitted.append(payload))
+    assert emitted[0].snapshot_at(0) == snap_of(V2)
+
+
 @pytest.mark.parametrize("interruption", ["broken", "missing"])
 async def test_state_recovers_when_the_previous_content_returns(
     tmp_path: Path, interruption: str
