@@ -58,12 +58,23 @@ SOURCE_KEYS: dict[str, type | tuple[type, ...]] = {
     "url": str,
     "group": str,
     "poll_interval": (int, float),
-    # http(s) sources
     "headers": dict,
     "ca_file": str,
     "max_bytes": int,
-    # rtr sources
     "max_version": int,
+    "connect_timeout": (int, float),
+    "read_timeout": (int, float),
+    "total_timeout": (int, float),
+    "retry_initial": (int, float),
+    "retry_max": (int, float),
+}
+_COMMON = {"name", "url", "group", "poll_interval"}
+_RETRY = {"connect_timeout", "retry_initial", "retry_max"}
+#: The keys each kind of source understands (by URL scheme; "" is a file path).
+KEYS_BY_KIND: dict[str, set[str]] = {
+    "": _COMMON | {"max_bytes"},
+    "http": _COMMON | _RETRY | {"headers", "ca_file", "max_bytes", "read_timeout", "total_timeout"},
+    "rtr": (_COMMON - {"poll_interval"}) | _RETRY | {"max_version"},
 }
 
 
@@ -141,6 +152,10 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
         table = _check_table(raw, path, SOURCE_KEYS)
         if "url" not in table:
             raise ConfigError(f"{path}.url: missing")
+        scheme = table["url"].partition("://")[0] if "://" in table["url"] else ""
+        kind = "http" if scheme == "https" else scheme
+        for key in sorted(set(table) - KEYS_BY_KIND.get(kind, set(table))):
+            raise ConfigError(f"{path}.{key}: not an option of {kind or 'file'} sources")
         group_name = table.get("group")
         if group_name is None:
             if len(groups) > 1:
@@ -158,6 +173,10 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
         for key in ("max_bytes", "max_version"):
             if key in table and table[key] < 0:
                 raise ConfigError(f"{path}.{key}: must not be negative")
+        timing = ("connect_timeout", "read_timeout", "total_timeout", "retry_initial", "retry_max")
+        for key in timing:
+            if key in table and table[key] <= 0:
+                raise ConfigError(f"{path}.{key}: must be positive")
         sources.append(
             SourceConfig(
                 name,
@@ -168,6 +187,7 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
                 table.get("ca_file"),
                 table.get("max_bytes"),
                 table.get("max_version"),
+                *(table.get(key) for key in timing),
             )
         )
     names = [s.name for s in sources]

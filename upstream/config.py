@@ -40,6 +40,12 @@ class SourceConfig:
     ca_file: str | None = None
     max_bytes: int | None = None
     max_version: int | None = None
+    #: Seconds; None keeps the source kind's default (see `make_source`).
+    connect_timeout: float | None = None
+    read_timeout: float | None = None
+    total_timeout: float | None = None
+    retry_initial: float | None = None
+    retry_max: float | None = None
 
     def __repr__(self) -> str:
         # Header values may be secrets: never show them.
@@ -117,8 +123,10 @@ def make_source(source: SourceConfig, config: ClientConfig, clock: Clock) -> Sou
         from upstream.http_source import HttpSource
 
         extra: dict[str, Any] = {"headers": dict(source.headers), "ca_file": source.ca_file}
-        if source.max_bytes is not None:
-            extra["max_bytes"] = source.max_bytes
+        extra.update(
+            _given(source, "max_bytes", "connect_timeout", "read_timeout", "total_timeout")
+        )
+        extra.update(_given(source, "retry_initial", "retry_max"))
         return HttpSource(
             url,
             name=source.name,
@@ -131,11 +139,23 @@ def make_source(source: SourceConfig, config: ClientConfig, clock: Clock) -> Sou
         from upstream.rtr_source import RtrSource
 
         version = source.max_version if source.max_version is not None else 2
-        return RtrSource(url, name=source.name, clock=clock, max_version=version)
+        return RtrSource(
+            url,
+            name=source.name,
+            clock=clock,
+            max_version=version,
+            **_given(source, "connect_timeout", "retry_initial", "retry_max"),
+        )
     return FileSource(
         Path(url),
         name=source.name,
         poll_interval=poll,
         max_aspa_providers=config.max_aspa_providers,
         clock=clock,
+        **_given(source, "max_bytes"),
     )
+
+
+def _given(source: SourceConfig, *names: str) -> dict[str, Any]:
+    """The named options that the configuration sets (others keep their defaults)."""
+    return {n: getattr(source, n) for n in names if getattr(source, n) is not None}

@@ -33,6 +33,13 @@ group = "primary"
 url = "/var/lib/rpki-client/json"
 group = "backup"
 poll_interval = 5
+[[sources]]
+name = "web"
+url = "https://validator.example/json"
+group = "backup"
+headers = { Authorization = "Bearer secret" }
+connect_timeout = 5
+retry_max = 60
 """
 
 
@@ -47,10 +54,14 @@ def test_good_file_parses() -> None:
         GroupConfig("primary", 10, 30, 300),
         GroupConfig("backup", 20),
     )
-    assert cfg.sources == (
+    assert cfg.sources[:2] == (
         SourceConfig("validator-a", "rtr://192.0.2.10:3323", "primary"),
         SourceConfig("/var/lib/rpki-client/json", "/var/lib/rpki-client/json", "backup", 5),
     )
+    web = cfg.sources[2]
+    assert web.headers == (("Authorization", "Bearer secret"),)
+    assert (web.connect_timeout, web.retry_max) == (5, 60)
+    assert "secret" not in repr(web)
 
 
 @pytest.mark.parametrize(
@@ -87,6 +98,10 @@ def test_good_file_parses() -> None:
         ("[[sources]]\nurl='x'\n[[sources]]\nurl='x'", "sources[1].name: 'x' already used"),
         ("[[sources]]\nurl='x'\npoll_interval=0", "sources[0].poll_interval: must be positive"),
         ("not toml ]", "not valid TOML"),
+        ("[[sources]]\nurl='x'\nheaders={a='b'}", "sources[0].headers: not an option of file"),
+        ("[[sources]]\nurl='rtr://h'\nread_timeout=1", "sources[0].read_timeout: not an option"),
+        ("[[sources]]\nurl='https://h/x'\nmax_version=1", "sources[0].max_version: not an"),
+        ("[[sources]]\nurl='rtr://h'\nretry_max=0", "sources[0].retry_max: must be positive"),
     ],
 )
 def test_errors_name_the_key_path(text: str, message: str) -> None:
@@ -105,7 +120,11 @@ def test_command_line_overrides_the_file(tmp_path: Path) -> None:
     assert config.server.notify_interval == 60  # the command line wins, even at the default
     assert config.server.timers.refresh == 900  # from the file
     assert [str(a) for a in config.server.listen] == ["127.0.0.1:8323", "[::1]:8323"]
-    assert [s.name for s in config.group_sources] == ["validator-a", "/var/lib/rpki-client/json"]
+    assert [s.name for s in config.group_sources] == [
+        "validator-a",
+        "/var/lib/rpki-client/json",
+        "web",
+    ]
     # --source replaces the file's sources with one implicit group.
     argv = ["--config", str(path), "--source", "x.json"]
     args = parser.parse_args(argv)
