@@ -31,13 +31,6 @@ PYTHON_M = [sys.executable, "-m", "rtr_server.cli"]
 DEADLINE = 10.0
 
 
-@pytest.fixture
-def export_path(tmp_path: Path) -> Path:
-    path = tmp_path / "export.json"
-    write_export(path, base_export())
-    return path
-
-
 BAD_ARGUMENTS = {
     "refresh-0": (["--refresh", "0"], "refresh"),
     "listen-nonsense": (["--listen", "nonsense"], "nonsense"),

@@ -31,13 +31,6 @@ from tests.server.rtr_client import RtrClient, raw_header, reset_query, serial_q
 pytestmark = pytest.mark.anyio
 
 
-@pytest.fixture
-def export_path(tmp_path: Path) -> Path:
-    path = tmp_path / "export.json"
-    write_export(path, base_export())
-    return path
-
-
 async def test_no_data_available_then_data(tmp_path: Path) -> None:
     path = tmp_path / "not-yet.json"
     async with (

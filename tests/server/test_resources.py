@@ -13,7 +13,6 @@ from rtr_server.server import RtrServer
 from tests.server.helpers import (
     app_config,
     assert_clean_prefix,
-    base_export,
     big_response,
     big_states,
     connection_of,
@@ -25,18 +24,10 @@ from tests.server.helpers import (
     stalled_connection,
     stuck_reader,
     wait_until,
-    write_export,
 )
 from tests.server.rtr_client import RtrClient, reset_query
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture
-def export_path(tmp_path: Path) -> Path:
-    path = tmp_path / "export.json"
-    write_export(path, base_export())
-    return path
 
 
 async def test_max_connections(export_path: Path) -> None:
