@@ -1,0 +1,152 @@
+"""The `PersistenceBackend` protocol and the async adapter that runs a store on its own thread.
+
+open, read, commit and close of one backend run serially on one dedicated worker thread; the
+event loop only awaits. Constructors touch no file.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from persistence.errors import BackendClosedError
+from persistence.sql_store import SqlStore
+from persistence.state import (
+    CommitReceipt,
+    PersistedState,
+    StateHeader,
+    StateId,
+    seconds_to_us,
+)
+from persistence.worker_thread import WorkerThread
+
+#: Default bound on how long `close` waits for the worker thread.
+CLOSE_TIMEOUT = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    """What a backend offers."""
+
+    backend: str
+    schema_version: int
+    #: Other processes may read the file while the owner writes (--state-reader).
+    shared_read: bool
+    #: At most one writer per file, enforced.
+    single_owner: bool
+    #: A commit is all or nothing, also across a crash.
+    atomic_commit: bool
+
+
+@runtime_checkable
+class PersistenceBackend(Protocol):
+    """A store for one `PersistedState` at a time."""
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend offers."""
+        ...
+
+    @property
+    def store_id(self) -> str | None:
+        """The store's id once open."""
+        ...
+
+    async def open(self) -> None:
+        """Take ownership (or open read-only), create or check the schema."""
+        ...
+
+    async def read_header(self) -> StateHeader | None:
+        """The verified header (None if nothing was committed)."""
+        ...
+
+    async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
+        """The whole verified state (None if nothing was committed)."""
+        ...
+
+    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+        """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
+        ...
+
+    async def close(self) -> bool:
+        """Release the file; False if the worker was still busy when the wait ran out."""
+        ...
+
+
+class ThreadedBackend:
+    """Runs a `SqlStore` on a dedicated worker thread (implements `PersistenceBackend`)."""
+
+    def __init__(
+        self,
+        store: SqlStore,
+        capabilities: Capabilities,
+        *,
+        wall: Callable[[], float] = time.time,
+        close_timeout: float = CLOSE_TIMEOUT,
+    ) -> None:
+        """Wrap ``store``; nothing happens until `open`."""
+        self._store = store
+        self._capabilities = capabilities
+        self._wall = wall
+        self._close_timeout = close_timeout
+        self._worker = WorkerThread(f"{capabilities.backend}-persistence")
+        self._open = False
+        self._closed = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this backend offers."""
+        return self._capabilities
+
+    @property
+    def store_id(self) -> str | None:
+        """The store's id once open."""
+        return self._store.store_id
+
+    @property
+    def is_open(self) -> bool:
+        """Opened and not closed."""
+        return self._open
+
+    async def open(self) -> None:
+        """Open on the worker thread; errors are `PersistenceError` subclasses."""
+        if self._closed:
+            raise BackendClosedError("a closed backend cannot be opened again")
+        if self._open:
+            return
+        await self._worker.run(self._store.open_sync, seconds_to_us(self._wall()))
+        self._open = True
+
+    async def read_header(self) -> StateHeader | None:
+        """The verified header (None if nothing was committed)."""
+        self._check_open()
+        return await self._worker.run(self._store.read_header_sync)
+
+    async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
+        """The whole verified state (None if nothing was committed)."""
+        self._check_open()
+        return await self._worker.run(self._store.read_state_sync)
+
+    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+        """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
+        self._check_open()
+        written_at = seconds_to_us(self._wall())
+        return await self._worker.run(self._store.commit_sync, state, expected, written_at)
+
+    async def close(self) -> bool:
+        """Close the connection and release the owner lock; bounded by ``close_timeout``."""
+        if self._closed:
+            return not self._worker.alive
+        self._closed = True
+        self._open = False
+        if self._worker.alive:
+            self._worker.submit(self._store.close_sync)
+        else:
+            self._store.close_sync()
+        return await self._worker.stop(self._close_timeout)
+
+    def _check_open(self) -> None:
+        if not self._open:
+            raise BackendClosedError(f"the {self._capabilities.backend} backend is not open")

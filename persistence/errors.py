@@ -1,0 +1,39 @@
+"""Persistence error classes: transient (retry, memory keeps serving) versus permanent."""
+
+from __future__ import annotations
+
+
+class PersistenceError(Exception):
+    """Base class; ``retryable`` says whether trying again later may succeed."""
+
+    retryable = False
+
+
+class TransientError(PersistenceError):
+    """Busy, locked, I/O error, disk full, out of memory, a transaction conflict: try again."""
+
+    retryable = True
+
+
+class CorruptStateError(PersistenceError):
+    """The stored state fails a type, range or digest check; the file is left untouched."""
+
+
+class UnsupportedSchemaError(PersistenceError):
+    """The file holds another (unknown or older) schema version; no migration, no wipe."""
+
+
+class CommitConflictError(PersistenceError):
+    """The stored state is not the ``expected`` one, or the same id holds other content."""
+
+
+class OwnerLockedError(PersistenceError):
+    """Another owner (process or backend in this process) holds the database."""
+
+
+class MissingExtraError(PersistenceError):
+    """The backend needs an optional dependency that is not installed."""
+
+
+class BackendClosedError(PersistenceError):
+    """The backend is not open (never opened, or closed)."""

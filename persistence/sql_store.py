@@ -1,0 +1,439 @@
+"""Schema-v2 reads and writes shared by the SQL backends; synchronous, run on the worker thread.
+
+A subclass supplies the connection, the transaction statements, batched inserts and the error
+classification. Everything here works on a DB-API-like connection whose ``execute`` returns
+something with ``fetchone``/``fetchall``.
+"""
+
+from __future__ import annotations
+
+import struct
+import uuid
+from abc import ABC, abstractmethod
+from array import array
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from persistence.errors import (
+    BackendClosedError,
+    CommitConflictError,
+    CorruptStateError,
+    UnsupportedSchemaError,
+)
+from persistence.schema import (
+    ASPA_COLUMNS,
+    DDL,
+    HEADER_COLUMNS,
+    PROVIDER_COLUMNS,
+    RANGE_CHECKS,
+    ROUTER_KEY_COLUMNS,
+    SOURCE_COLUMNS,
+    TABLES,
+    VRP_COLUMNS,
+)
+from persistence.state import (
+    SCHEMA_VERSION,
+    CommitReceipt,
+    PersistedState,
+    SourceRecord,
+    StateHeader,
+    StateId,
+    header_digest,
+    kinds_to_mask,
+    mask_to_kinds,
+)
+from snapshot.model import Aspa, PayloadError, RouterKey
+
+#: Rows per insert or fetch batch.
+BATCH = 256
+_V4 = struct.Struct(">4sBBI")
+_V6 = struct.Struct(">16sBBI")
+Row = tuple[Any, ...]
+
+
+def batches(rows: Iterator[Row], size: int = BATCH) -> Iterator[list[Row]]:
+    """Consecutive lists of at most ``size`` rows."""
+    batch: list[Row] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+class SqlStore(ABC):
+    """The schema-v2 logic on one connection; not thread-safe (one worker thread calls it)."""
+
+    backend_name = "sql"
+    #: The SQL function giving a BLOB's length in octets.
+    blob_length = "length"
+    #: How VRP rows are read in (source, seq) order; SQLite reads its rowid (insertion) order.
+    vrp_order = "ORDER BY source_id, family, seq"
+
+    def __init__(self) -> None:
+        """No connection until `open_sync`."""
+        self.store_id: str | None = None
+
+    # ------------------------------------------------------------------ dialect hooks
+    @abstractmethod
+    def open_sync(self, now: int) -> None:
+        """Take ownership (or open read-only) and check or create the schema."""
+
+    @abstractmethod
+    def close_sync(self) -> None:
+        """Close the connection and release ownership (idempotent)."""
+
+    @abstractmethod
+    def _conn(self) -> Any:
+        """The open connection (raises `BackendClosedError` if none)."""
+
+    @abstractmethod
+    def _begin(self, *, write: bool) -> None: ...
+
+    @abstractmethod
+    def _commit(self) -> None: ...
+
+    @abstractmethod
+    def _rollback(self) -> None: ...
+
+    @abstractmethod
+    def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
+        """Insert one batch (at most `BATCH` rows)."""
+
+    @abstractmethod
+    def _table_names(self) -> set[str]: ...
+
+    # ------------------------------------------------------------------ schema
+    def ensure_schema(self, created_at: int) -> None:
+        """Create the schema in an empty database; refuse any other schema."""
+        tables = self._table_names()
+        if not tables:
+            self._begin(write=True)
+            try:
+                for statement in DDL:
+                    self._conn().execute(statement)
+                self._conn().execute(
+                    "INSERT INTO schema_info VALUES (?, ?, ?)",
+                    (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
+                )
+                self._commit()
+            except BaseException:
+                self._rollback()
+                raise
+            tables = self._table_names()
+        self.check_schema(tables)
+
+    def check_schema(self, tables: set[str] | None = None) -> None:
+        """Refuse a database whose schema is not exactly version 2 of ours."""
+        tables = self._table_names() if tables is None else tables
+        if "schema_info" not in tables:
+            raise UnsupportedSchemaError(
+                f"not an rtr-serve state database (tables: {', '.join(sorted(tables))})"
+            )
+        rows = self._conn().execute("SELECT schema_version, store_id FROM schema_info").fetchall()
+        if len(rows) != 1:
+            raise CorruptStateError(f"schema_info holds {len(rows)} rows, not 1")
+        version, store_id = rows[0]
+        if version != SCHEMA_VERSION:
+            raise UnsupportedSchemaError(
+                f"schema version {version!r} is not the supported version {SCHEMA_VERSION}; "
+                "this build neither migrates nor wipes it"
+            )
+        missing = set(TABLES) - tables
+        if missing:
+            raise CorruptStateError(f"schema version 2 without tables {sorted(missing)}")
+        self.store_id = str(store_id)
+
+    # ------------------------------------------------------------------ reads
+    def read_header_sync(self) -> StateHeader | None:
+        """The verified header, or None for a store never committed to."""
+        self._begin(write=False)
+        try:
+            return self._read_header()
+        finally:
+            self._rollback()
+
+    def _read_header(self) -> StateHeader | None:
+        cols = ", ".join(HEADER_COLUMNS)
+        rows = self._conn().execute(f"SELECT {cols} FROM header").fetchall()  # noqa: S608
+        if not rows:
+            return None
+        if len(rows) != 1:
+            raise CorruptStateError(f"the header table holds {len(rows)} rows, not 1")
+        try:
+            row = rows[0]
+            header = StateHeader(
+                schema_version=_int(row[0]),
+                store_id=_text(row[1]),
+                state_id=StateId(_int(row[2]), _int(row[3])),
+                config_revision=_int(row[4]),
+                serial=_int(row[5]),
+                session_ids=(_int(row[6]), _int(row[7]), _int(row[8])),
+                published_at=_int(row[9]),
+                written_at=_int(row[10]),
+                state_digest=_blob(row[11]),
+                header_digest=_blob(row[12]),
+                package_version=_text(row[13]),
+            )
+        except (TypeError, ValueError) as exc:
+            raise CorruptStateError(f"header: {exc}") from exc
+        if header.computed_digest() != header.header_digest:
+            raise CorruptStateError("header digest mismatch")
+        if header.schema_version != SCHEMA_VERSION or header.store_id != self.store_id:
+            raise CorruptStateError("header schema version or store id disagrees with schema_info")
+        return header
+
+    def read_state_sync(self) -> tuple[StateHeader, PersistedState] | None:
+        """The whole verified state in one read transaction, or None if nothing was committed."""
+        self._begin(write=False)
+        try:
+            header = self._read_header()
+            if header is None:
+                return None
+            for table, query in RANGE_CHECKS:
+                (bad,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
+                if bad:
+                    raise CorruptStateError(f"{table}: {bad} rows break a type or range rule")
+            try:
+                sources = self._read_sources()
+            except (TypeError, ValueError, OverflowError, struct.error, PayloadError) as exc:
+                raise CorruptStateError(f"payload: {exc}") from exc
+        finally:
+            self._rollback()
+        state = PersistedState(
+            store_id=header.store_id,
+            state_id=header.state_id,
+            config_revision=header.config_revision,
+            serial=header.serial,
+            session_ids=header.session_ids,
+            published_at=header.published_at,
+            package_version=header.package_version,
+            sources=sources,
+        )
+        if state.digest() != header.state_digest:
+            raise CorruptStateError("state digest mismatch: the rows are not what was committed")
+        return header, state
+
+    def _fetch(self, sql: str) -> Iterator[Row]:
+        cursor = self._conn().execute(sql)
+        while rows := cursor.fetchmany(BATCH):
+            yield from rows
+
+    def _read_sources(self) -> tuple[SourceRecord, ...]:
+        cols = ", ".join(SOURCE_COLUMNS)
+        meta = self._conn().execute(f"SELECT {cols} FROM sources ORDER BY source_id").fetchall()  # noqa: S608
+        ids = [_int(row[0]) for row in meta]
+        if len(set(ids)) != len(ids):
+            raise CorruptStateError("duplicate source ids")
+        v4: dict[int, list[bytes]] = {i: [] for i in ids}
+        v6: dict[int, list[bytes]] = {i: [] for i in ids}
+        v4_exp: dict[int, array[int]] = {i: array("q") for i in ids}
+        v6_exp: dict[int, array[int]] = {i: array("q") for i in ids}
+        pack4, pack6 = _V4.pack, _V6.pack
+        columns = "source_id, family, network, max_length, prefix_length, asn, expires_at"
+        sql = f"SELECT {columns} FROM vrps {self.vrp_order}"  # noqa: S608 - fixed text
+        for sid, family, net, max_len, plen, asn, expires in self._fetch(sql):
+            if family == 4:
+                v4[sid].append(pack4(net, max_len, plen, asn))
+                v4_exp[sid].append(expires)
+            else:
+                v6[sid].append(pack6(net, max_len, plen, asn))
+                v6_exp[sid].append(expires)
+        keys: dict[int, list[tuple[RouterKey, int]]] = {i: [] for i in ids}
+        sql = (
+            "SELECT source_id, ski, asn, spki, expires_at FROM router_keys ORDER BY source_id, seq"
+        )
+        for sid, ski, asn, spki, expires in self._fetch(sql):
+            keys[sid].append((RouterKey(_blob(ski), _int(asn), _blob(spki)), _int(expires)))
+        providers: dict[tuple[int, int], list[int]] = {}
+        sql = "SELECT source_id, seq, provider FROM aspa_providers ORDER BY source_id, seq, idx"
+        for sid, seq, provider in self._fetch(sql):
+            providers.setdefault((sid, seq), []).append(_int(provider))
+        aspas: dict[int, list[tuple[Aspa, int]]] = {i: [] for i in ids}
+        sql = "SELECT source_id, seq, customer, expires_at FROM aspas ORDER BY source_id, seq"
+        for sid, seq, customer, expires in self._fetch(sql):
+            listed = tuple(providers.pop((sid, seq), ()))
+            aspa = Aspa(_int(customer), listed)
+            if aspa.providers != listed:
+                raise CorruptStateError(f"ASPA AS{customer}: providers not in normal form")
+            aspas[sid].append((aspa, _int(expires)))
+        if providers:
+            raise CorruptStateError("ASPA providers without their ASPA")
+        records = []
+        for row in meta:
+            sid = _int(row[0])
+            records.append(
+                SourceRecord(
+                    name=_text(row[1]),
+                    group=_text(row[2]),
+                    kind=_text(row[3]),
+                    complete=bool(_int(row[4])),
+                    capabilities=mask_to_kinds(_int(row[5])),
+                    selected=mask_to_kinds(_int(row[6])),
+                    accepted_at=_int(row[7]),
+                    expires_at=_int(row[8]),
+                    rtr_session=None if row[9] is None else _int(row[9]),
+                    rtr_serial=None if row[10] is None else _int(row[10]),
+                    generated_at=None if row[11] is None else _int(row[11]),
+                    v4=b"".join(v4[sid]),
+                    v4_expires=v4_exp[sid],
+                    v6=b"".join(v6[sid]),
+                    v6_expires=v6_exp[sid],
+                    router_keys=tuple(keys[sid]),
+                    aspas=tuple(aspas[sid]),
+                )
+            )
+        return tuple(records)
+
+    # ------------------------------------------------------------------ commit
+    def commit_sync(
+        self, state: PersistedState, expected: StateId | None, written_at: int
+    ) -> CommitReceipt:
+        """Replace the stored state by ``state`` if the stored one is ``expected`` (CAS)."""
+        if state.store_id != self.store_id:
+            raise CommitConflictError(
+                f"state of store {state.store_id} cannot go into store {self.store_id}"
+            )
+        digest = state.digest()
+        self._begin(write=True)
+        try:
+            header = self._read_header()
+            if _check_cas(header, state.state_id, expected, digest):
+                assert header is not None
+                self._rollback()
+                return CommitReceipt(state.state_id, header.written_at, digest, retried=True)
+            self._write(state, digest, written_at)
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
+        return CommitReceipt(state.state_id, written_at, digest)
+
+    def _write(self, state: PersistedState, digest: bytes, written_at: int) -> None:
+        conn = self._conn()
+        for table in TABLES[1:]:
+            conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+        for sid, source in enumerate(state.sources):
+            self._insert(
+                "sources",
+                SOURCE_COLUMNS,
+                [
+                    (
+                        sid,
+                        source.name,
+                        source.group,
+                        source.kind,
+                        int(source.complete),
+                        kinds_to_mask(source.capabilities),
+                        kinds_to_mask(source.selected),
+                        source.accepted_at,
+                        source.expires_at,
+                        source.rtr_session,
+                        source.rtr_serial,
+                        source.generated_at,
+                    )
+                ],
+            )
+            for batch in batches(_vrp_rows(sid, source)):
+                self._insert("vrps", VRP_COLUMNS, batch)
+            key_rows = (
+                (sid, seq, key.ski, key.asn, key.spki, expires)
+                for seq, (key, expires) in enumerate(source.router_keys)
+            )
+            for batch in batches(key_rows):
+                self._insert("router_keys", ROUTER_KEY_COLUMNS, batch)
+            aspa_rows = (
+                (sid, seq, aspa.customer, expires)
+                for seq, (aspa, expires) in enumerate(source.aspas)
+            )
+            for batch in batches(aspa_rows):
+                self._insert("aspas", ASPA_COLUMNS, batch)
+            provider_rows = (
+                (sid, seq, idx, provider)
+                for seq, (aspa, _) in enumerate(source.aspas)
+                for idx, provider in enumerate(aspa.providers)
+            )
+            for batch in batches(provider_rows):
+                self._insert("aspa_providers", PROVIDER_COLUMNS, batch)
+        sessions = state.session_ids
+        self._insert(
+            "header",
+            HEADER_COLUMNS,
+            [
+                (
+                    SCHEMA_VERSION,
+                    state.store_id,
+                    state.state_id.epoch,
+                    state.state_id.generation,
+                    state.config_revision,
+                    state.serial,
+                    *sessions,
+                    state.published_at,
+                    written_at,
+                    digest,
+                    header_digest(
+                        SCHEMA_VERSION,
+                        state.store_id,
+                        state.state_id,
+                        state.config_revision,
+                        state.serial,
+                        sessions,
+                        state.published_at,
+                        written_at,
+                        digest,
+                        state.package_version,
+                    ),
+                    state.package_version,
+                )
+            ],
+        )
+
+
+def _check_cas(
+    header: StateHeader | None, state_id: StateId, expected: StateId | None, digest: bytes
+) -> bool:
+    """True for an idempotent retry; raises `CommitConflictError` when the CAS fails."""
+    current = None if header is None else header.state_id
+    if header is not None and current == state_id:
+        if header.state_digest == digest:
+            return True
+        raise CommitConflictError(f"state {current} is stored with other content")
+    if current != expected:
+        raise CommitConflictError(f"stored state is {current}, expected {expected}")
+    return False
+
+
+def _vrp_rows(sid: int, source: SourceRecord) -> Iterator[Row]:
+    seq = 0
+    for family, keys, expires, unpack in (
+        (4, source.v4, source.v4_expires, _V4.iter_unpack),
+        (6, source.v6, source.v6_expires, _V6.iter_unpack),
+    ):
+        for (net, max_len, plen, asn), exp in zip(unpack(keys), expires, strict=True):
+            yield (sid, family, seq, net, plen, max_len, asn, exp)
+            seq += 1
+
+
+def _int(value: object) -> int:
+    if type(value) is not int:
+        raise TypeError(f"expected an integer, found {type(value).__name__}")
+    return value
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected text, found {type(value).__name__}")
+    return value
+
+
+def _blob(value: object) -> bytes:
+    if not isinstance(value, bytes | bytearray | memoryview):
+        raise TypeError(f"expected a blob, found {type(value).__name__}")
+    return bytes(value)
+
+
+def closed() -> BackendClosedError:
+    """The error for a call on a backend that is not open."""
+    return BackendClosedError("the backend is not open")

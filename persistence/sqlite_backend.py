@@ -1,0 +1,197 @@
+"""SQLite (stdlib) backend: WAL, synchronous=FULL, one owner per file, read-only followers.
+
+Errors are classed on the SQLite result code: busy, locked, I/O, full and no-memory are
+transient; corrupt and not-a-database are corrupt; the file is never rewritten to repair it.
+"""
+
+from __future__ import annotations
+
+import functools
+import sqlite3
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, ParamSpec, TypeVar
+
+from persistence.backend import Capabilities, ThreadedBackend
+from persistence.errors import (
+    CorruptStateError,
+    PersistenceError,
+    TransientError,
+)
+from persistence.lock import OwnerLock, normalise
+from persistence.sql_store import Row, SqlStore, closed
+from persistence.state import SCHEMA_VERSION
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_TRANSIENT = {
+    sqlite3.SQLITE_BUSY,
+    sqlite3.SQLITE_LOCKED,
+    sqlite3.SQLITE_NOMEM,
+    sqlite3.SQLITE_IOERR,
+    sqlite3.SQLITE_FULL,
+    sqlite3.SQLITE_CANTOPEN,
+    sqlite3.SQLITE_PROTOCOL,
+    sqlite3.SQLITE_READONLY,
+}
+_CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
+#: How long a statement waits for a lock held by another connection (followers, checkpoints).
+BUSY_TIMEOUT_MS = 5_000
+
+
+def classify(exc: sqlite3.Error) -> PersistenceError:
+    """The persistence error class for an `sqlite3` error."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    primary = None if code is None else code & 0xFF
+    name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    message = f"sqlite {name}: {exc}"
+    if primary in _CORRUPT or "not a database" in str(exc):
+        return CorruptStateError(message)
+    if primary in _TRANSIENT or isinstance(exc, sqlite3.OperationalError):
+        return TransientError(message)
+    return PersistenceError(message)
+
+
+def _classified(fn: Callable[P, R]) -> Callable[P, R]:
+    @functools.wraps(fn)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        try:
+            return fn(*args, **kwargs)
+        except sqlite3.Error as exc:
+            raise classify(exc) from exc
+
+    return wrapper
+
+
+def _use_wal(db: sqlite3.Connection, path: Path) -> None:
+    mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
+    if str(mode).lower() != "wal":
+        raise TransientError(f"{path}: cannot switch to WAL mode (got {mode})")
+
+
+class SQLiteStore(SqlStore):
+    """Schema v2 on one `sqlite3` connection."""
+
+    backend_name = "sqlite"
+    # Rows are inserted in (source, seq) order into an emptied table, so rowid order is that
+    # order and costs no sort (a wrong order fails the digest check, it cannot slip through).
+    vrp_order = "ORDER BY rowid"
+
+    def __init__(
+        self, path: str | Path, *, read_only: bool = False, max_page_count: int | None = None
+    ) -> None:
+        """Remember the settings; the file is opened by `open_sync`."""
+        super().__init__()
+        self.path = normalise(path)
+        self.read_only = read_only
+        self.max_page_count = max_page_count
+        self._db: sqlite3.Connection | None = None
+        self._lock = None if read_only else OwnerLock(self.path)
+
+    def _conn(self) -> sqlite3.Connection:
+        if self._db is None:
+            raise closed()
+        return self._db
+
+    @_classified
+    def open_sync(self, now: int) -> None:
+        """Lock, connect, check (or create) the schema; WAL and synchronous=FULL for the owner."""
+        if self.read_only:
+            self._open_reader()
+            return
+        assert self._lock is not None
+        self._lock.acquire()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+            self._db = db
+            tables = self._table_names()
+            if tables:
+                self.check_schema(tables)  # before anything could write to a foreign file
+            _use_wal(db, self.path)
+            db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            if self.max_page_count is not None:
+                db.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
+            self.ensure_schema(now)
+        except BaseException:
+            self.close_sync()
+            raise
+
+    def _open_reader(self) -> None:
+        if not self.path.exists():
+            raise TransientError(f"{self.path} does not exist (yet): the owner creates it")
+        uri = f"{self.path.as_uri()}?mode=ro"
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        self._db = db
+        try:
+            db.execute("PRAGMA query_only=ON")
+            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            self.check_schema()
+        except BaseException:
+            self.close_sync()
+            raise
+
+    def close_sync(self) -> None:
+        """Close the connection (checkpointing the WAL as SQLite does) and release the lock."""
+        try:
+            if self._db is not None:
+                self._db.close()
+        finally:
+            self._db = None
+            if self._lock is not None:
+                self._lock.release()
+
+    def _begin(self, *, write: bool) -> None:
+        self._conn().execute("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    def _commit(self) -> None:
+        self._conn().execute("COMMIT")
+
+    def _rollback(self) -> None:
+        db = self._db
+        if db is not None and db.in_transaction:
+            db.execute("ROLLBACK")
+
+    def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
+        marks = ", ".join("?" * len(columns))
+        sql = f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks})"  # noqa: S608
+        self._conn().executemany(sql, rows)
+
+    def _table_names(self) -> set[str]:
+        rows = self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'table'")
+        return {str(name) for (name,) in rows.fetchall()}
+
+    read_header_sync = _classified(SqlStore.read_header_sync)
+    read_state_sync = _classified(SqlStore.read_state_sync)
+    commit_sync = _classified(SqlStore.commit_sync)
+
+
+class SQLiteBackend(ThreadedBackend):
+    """The SQLite backend; ``read_only`` makes a follower of another process's file."""
+
+    def __init__(
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        max_page_count: int | None = None,
+        wall: Callable[[], float] = time.time,
+        **options: Any,
+    ) -> None:
+        """Nothing is opened here."""
+        self.path = normalise(path)
+        super().__init__(
+            SQLiteStore(path, read_only=read_only, max_page_count=max_page_count),
+            Capabilities(
+                backend="sqlite",
+                schema_version=SCHEMA_VERSION,
+                shared_read=True,
+                single_owner=True,
+                atomic_commit=True,
+            ),
+            wall=wall,
+            **options,
+        )

@@ -1,0 +1,103 @@
+"""One dedicated thread per backend: database calls run there, one at a time, in order.
+
+The event loop only waits on an `anyio.Event`. A caller cancelled while its call runs does not
+stop the call (a database call cannot be interrupted safely); the result is dropped, and later
+calls queue behind it. `stop` ends the thread after the queued calls and waits a bounded time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import anyio
+import anyio.from_thread
+import anyio.lowlevel
+from anyio.lowlevel import EventLoopToken
+
+T = TypeVar("T")
+
+
+class _Call:
+    __slots__ = ("args", "done", "error", "fn", "result", "token")
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        done: anyio.Event | None,
+        token: EventLoopToken | None,
+    ) -> None:
+        self.fn = fn
+        self.args = args
+        self.done = done
+        self.token = token
+        self.result: Any = None
+        self.error: BaseException | None = None
+
+
+class WorkerThread:
+    """Runs callables on a thread it starts lazily and owns."""
+
+    def __init__(self, name: str) -> None:
+        """Nothing starts until the first call."""
+        self.name = name
+        self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+
+    @property
+    def alive(self) -> bool:
+        """Whether the thread runs (it may be finishing a call after `stop` timed out)."""
+        return self._thread is not None and self._thread.is_alive()
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the worker thread and return its result (or raise its error)."""
+        if self._stopping:
+            raise RuntimeError(f"{self.name}: the worker thread is stopped")
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name=self.name, daemon=True)
+            self._thread.start()
+        done = anyio.Event()
+        call = _Call(fn, args, done, anyio.lowlevel.current_token())
+        self._queue.put(call)
+        await done.wait()
+        if call.error is not None:
+            raise call.error
+        result: T = call.result
+        return result
+
+    def submit(self, fn: Callable[[], object]) -> None:
+        """Queue ``fn`` behind the pending calls without waiting for it (used by close)."""
+        if self._thread is None:
+            fn()
+            return
+        self._queue.put(_Call(fn, (), None, None))
+
+    async def stop(self, wait: float) -> bool:
+        """Finish the queued calls and end the thread; False if still busy after ``wait`` s."""
+        self._stopping = True
+        thread = self._thread
+        if thread is None:
+            return True
+        self._queue.put(None)
+        with anyio.CancelScope(shield=True):
+            await anyio.to_thread.run_sync(thread.join, wait)
+        return not thread.is_alive()
+
+    def _loop(self) -> None:
+        while True:
+            call = self._queue.get()
+            if call is None:
+                return
+            try:
+                call.result = call.fn(*call.args)
+            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+                call.error = exc
+            if call.done is None:
+                continue
+            with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
+                anyio.from_thread.run_sync(call.done.set, token=call.token)
