@@ -69,6 +69,8 @@ class SourceRecord:
     selected: frozenset[str]
     #: Wall time the payload was accepted.
     accepted_at: int
+    #: Where the source reads from (path or URL); with the name, its identity.
+    location: str = ""
     #: Source-wide end of validity (an RTR source's Expire interval); `NEVER` if none.
     expires_at: int = NEVER
     rtr_session: int | None = None
@@ -234,7 +236,7 @@ def _big_endian(values: array[int]) -> bytes:
 
 def _source_digest(source: SourceRecord) -> bytes:
     h = hashlib.sha256(b"source\x00")
-    for text in (source.name, source.group, source.kind):
+    for text in (source.name, source.group, source.kind, source.location):
         _put_str(h, text)
     for value in (
         int(source.complete),
