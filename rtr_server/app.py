@@ -1,27 +1,47 @@
 """Composition root: the upstream `Client`'s snapshots go through the publisher to the server.
 
-`run_app` owns everything it creates: the server and the client (which owns the sources). The
-app only uses the client's public API (`Client.watch`). Publishing runs in a worker thread (the
-delta of a large table takes a fraction of a second) and the new state is swapped into the
-server in one assignment.
+`run_app` owns everything it creates: the server, the client (which owns the sources) and,
+with ``--state``, the persistence backend and its worker. The app only uses the client's public
+API (`Client.watch`). Publishing runs in a worker thread (the delta of a large table takes a
+fraction of a second) and the new state is swapped into the server in one assignment.
+
+With persisted state, start-up runs in this order: owner lock and schema check (backend open),
+read with digest checks, time check, rebuild, publish, and only then the network. With
+``--state-reader`` the app follows another process's SQLite state instead of running sources.
 """
 
 from __future__ import annotations
 
 import logging
 import secrets
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
 
+from persistence.backend import ThreadedBackend
+from persistence.errors import PersistenceError
+from persistence.location import StateLocation
+from persistence.persister import Persister
+from persistence.state import StateId
+from rtr_server import __version__
+from rtr_server.follower import StateFollower
+from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
 from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from upstream.aggregate import Source
-from upstream.client import Client, ClientState, ResyncRequiredError, SnapshotEvent
+from upstream.client import (
+    Client,
+    ClientSnapshot,
+    ClientState,
+    ResyncRequiredError,
+    SnapshotEvent,
+)
 from upstream.clock import Clock, FixedWallClock, SystemClock
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
@@ -45,8 +65,20 @@ class AppConfig:
     #: Evaluate ``expires`` at this fixed Unix time instead of the wall clock.
     reference_time: float | None = None
     max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
+    #: Persist published state here and recover from it at start (``--state``).
+    state: StateLocation | None = None
+    #: Serve another process's SQLite state read-only instead of running sources.
+    state_reader: StateLocation | None = None
+    #: Seconds between looks at the owner's header in reader mode.
+    reader_poll: float = 1.0
 
     def __post_init__(self) -> None:
+        if self.state_reader is not None:
+            if self.sources or self.group_sources or self.state is not None:
+                raise ValueError("--state-reader serves another process's state: no sources")
+            if self.state_reader.backend != "sqlite":
+                raise ValueError("--state-reader needs sqlite:PATH")
+            return
         if not self.sources and not self.group_sources:
             raise ValueError("at least one source is needed (--source or [[sources]])")
         if self.sources and self.group_sources:
@@ -84,18 +116,62 @@ class App:
             max_entries=config.history,
             max_bytes=config.history_bytes,
         )
-        self.client = Client(config.client_config(), clock=clock)
+        #: The upstream client; None for a follower (``--state-reader``), which runs no sources.
+        self.client: Client | None = (
+            None if config.state_reader else Client(config.client_config(), clock=clock)
+        )
         self.published = 0
+        #: The persistence backend (owned: opened and closed by `run`); None when memory-only.
+        self.backend: ThreadedBackend | None = None
+        self.persister: Persister | None = None
+        #: What the last start-up recovered (None without ``--state``).
+        self.recovery: RecoveryPlan | None = None
+        #: Why persistence is off although configured (e.g. a corrupt file left untouched).
+        self.persistence_disabled: str | None = None
+        self.follower: StateFollower | None = None
+        self._epoch = 0
+        self._generation = 0
+
+    def _client(self) -> Client:
+        if self.client is None:
+            raise RuntimeError("a state follower runs no upstream client")
+        return self.client
 
     @property
     def sources(self) -> tuple[Source, ...]:
         """The client's sources (for their status)."""
-        return self.client.sources
+        return () if self.client is None else self.client.sources
 
     @property
     def state(self) -> PublishedState | None:
         """What routers are served now."""
         return self.server.state
+
+    async def _on_client_snapshot(self, current: ClientSnapshot) -> None:
+        await self._on_snapshot(current.snapshot)
+        if self.persister is not None and self.server.state is not None:
+            await self._persist(current)
+
+    async def _persist(self, current: ClientSnapshot) -> None:
+        assert self.persister is not None
+        assert self.backend is not None
+        published = self.server.state
+        assert published is not None
+        self._generation += 1
+        ids = published.session_ids
+        state = await anyio.to_thread.run_sync(
+            lambda: build_state(
+                store_id=self.backend.store_id or "",  # type: ignore[union-attr]
+                state_id=StateId(self._epoch, self._generation),
+                config_revision=self._client().config.revision,
+                serial=published.serial.value,
+                session_ids=(ids.v0, ids.v1, ids.v2),
+                published_wall=self.clock.wall(),
+                package_version=__version__,
+                inputs=current.inputs,
+            )
+        )
+        self.persister.offer(state)
 
     async def _on_snapshot(self, snapshot: Snapshot) -> None:
         started = self.clock.monotonic()
@@ -128,22 +204,119 @@ class App:
 
     async def _follow(self) -> None:
         """Publish every snapshot the client makes; resynchronise when a watch says so."""
-        while self.client.state is ClientState.RUNNING:
-            with self.client.watch() as events:
+        client = self._client()
+        while client.state is ClientState.RUNNING:
+            with client.watch() as events:
                 try:
                     async for event in events:
                         if isinstance(event, SnapshotEvent):
-                            await self._on_snapshot(event.snapshot.snapshot)
+                            await self._on_client_snapshot(event.snapshot)
                 except ResyncRequiredError as exc:
                     log.info("resynchronising with the client: %s", exc)
 
     async def run(self, *, task_status: TaskStatus[App] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until cancelled."""
-        async with self.client, anyio.create_task_group() as tg:
+        if self.config.state_reader is not None:
+            await self._run_reader(self.config.state_reader, task_status)
+            return
+        async with AsyncExitStack() as stack:
+            if self.config.state is not None:
+                await self._recover(self.config.state, stack)
+            client = await stack.enter_async_context(self._client())
+            tg = await stack.enter_async_context(anyio.create_task_group())
+            if self.persister is not None:
+                await tg.start(self.persister.run)
             await tg.start(self.server.serve)
-            await tg.start(self.client.run)
+            await tg.start(client.run)
             task_status.started(self)
             await self._follow()
+
+    async def _recover(self, location: StateLocation, stack: AsyncExitStack) -> None:
+        """Open the store (lock, schema), read and check it, seed the client, publish."""
+        backend = location.make_backend(wall=self.clock.wall)
+        self.backend = backend
+        stack.push_async_callback(self._close_backend, backend)
+        await backend.open()  # a refusal (owner, schema, missing extra) ends the start here
+        started = self.clock.monotonic()
+        try:
+            stored = await backend.read_state()
+        except PersistenceError as exc:
+            if exc.retryable:
+                raise
+            self.persistence_disabled = f"{type(exc).__name__}: {exc}"
+            log.error(
+                "state %s cannot be used (%s); it is left untouched and nothing is persisted "
+                "until it is moved away; starting from the network",
+                location,
+                exc,
+            )
+            return
+        persisted: StateId | None = None
+        if stored is None:
+            log.info("state %s is empty: starting from the network", location)
+            self._epoch = 1
+        else:
+            header, state = stored
+            persisted = header.state_id
+            self._epoch = header.state_id.epoch + 1
+            client = self._client()
+            tolerance = client.config.clock_tolerance
+            configured = [
+                SourceIdentity(s.name, s.status.kind, s.status.location)
+                for s in client.sources
+            ]
+            plan = await anyio.to_thread.run_sync(
+                lambda: plan_recovery(
+                    header, state, configured, wall=self.clock.wall(), clock_tolerance=tolerance
+                )
+            )
+            self.recovery = plan
+            for note in plan.notes:
+                log.info("recovery from %s: %s", location, note)
+            for name, recovered in plan.recovered.items():
+                client.seed(name, recovered)
+            if plan.snapshot is not None:
+                self._avoid_session_ids(header.session_ids)
+                await self._on_snapshot(plan.snapshot)
+                log.info(
+                    "recovered state %s (serial %d, written %s) in %.2f s: serving %d VRPs "
+                    "under a new session",
+                    header.state_id,
+                    header.serial,
+                    datetime.fromtimestamp(header.written_at / 1e6, UTC).isoformat(),
+                    self.clock.monotonic() - started,
+                    plan.snapshot.vrp_count,
+                )
+        self.persister = Persister(
+            backend, path=str(location.path), persisted=persisted, wall=self.clock.wall
+        )
+
+    def _avoid_session_ids(self, previous: tuple[int, int, int]) -> None:
+        """Routers must see a new session after recovery: redraw on a (rare) collision."""
+        ids = self.publisher.session_ids
+        while {ids.v0, ids.v1, ids.v2} & set(previous):
+            ids = SessionIds.from_random(secrets.token_bytes(2))
+        self.publisher.session_ids = ids
+
+    async def _close_backend(self, backend: ThreadedBackend) -> None:
+        with anyio.CancelScope(shield=True):
+            if not await backend.close():
+                log.warning("persistence worker thread still busy at close")
+
+    async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
+        backend = location.make_backend(read_only=True, wall=self.clock.wall)
+        self.backend = backend
+        follower = StateFollower(
+            backend, self.clock, self._on_snapshot, poll=self.config.reader_poll
+        )
+        self.follower = follower
+        try:
+            async with anyio.create_task_group() as tg:
+                await tg.start(self.server.serve)
+                task_status.started(self)
+                await follower.run()
+        finally:
+            await self._close_backend(backend)
 
 
 def make_clock(reference_time: float | None) -> Clock:

@@ -18,6 +18,8 @@ from typing import Any, NoReturn
 
 import anyio
 
+from persistence.errors import PersistenceError
+from persistence.location import StateLocation, parse_state_location
 from rtr_server import __version__
 from rtr_server.app import AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
@@ -80,6 +82,20 @@ def _time(text: str) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return moment.timestamp()
+
+
+def _state_location(text: str) -> StateLocation:
+    try:
+        return parse_state_location(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _reader_location(text: str) -> StateLocation:
+    try:
+        return parse_state_location(text, reader=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -216,6 +232,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="what v2 routers are told on SIGTERM: restart = Error 12 Cache Restart (keep "
         "data), shutdown = Error 13 Cache Shutdown (flush) (default restart)",
     )
+    st = p.add_argument_group("persisted state")
+    st.add_argument(
+        "--state",
+        metavar="BACKEND:PATH",
+        type=_state_location,
+        help="persist published data in sqlite:PATH or duckdb:PATH and recover what is still "
+        "valid from it at start (a new RTR session); one owner per file (default: memory only)",
+    )
+    st.add_argument(
+        "--state-reader",
+        metavar="sqlite:PATH",
+        type=_reader_location,
+        help="serve another rtr-serve's SQLite state read-only instead of running sources "
+        "(polls it every second; same data, own session and serials)",
+    )
     run = p.add_argument_group("process")
     run.add_argument(
         "--log-level",
@@ -263,6 +294,8 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         history=args.history,
         reference_time=args.reference_time,
         max_aspa_providers=args.max_aspa_providers,
+        state=args.state,
+        state_reader=args.state_reader,
     )
 
 
@@ -338,6 +371,15 @@ def check_config(path: Path) -> int:
     return 0
 
 
+def _persistence_error(exc: BaseException) -> PersistenceError | None:
+    """The persistence refusal inside ``exc`` (possibly wrapped in exception groups)."""
+    if isinstance(exc, PersistenceError):
+        return exc
+    if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
+        return _persistence_error(exc.exceptions[0])
+    return None
+
+
 async def _serve(config: AppConfig) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
@@ -384,6 +426,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         pass
     except OSError as exc:
         log.error("cannot serve: %s", exc)
+        return 1
+    except (PersistenceError, BaseExceptionGroup) as exc:
+        refusal = _persistence_error(exc)
+        if refusal is None:
+            raise
+        log.error("cannot use state %s: %s", config.state, refusal)
         return 1
     log.info("rtr-serve stopped")
     return 0

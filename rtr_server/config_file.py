@@ -46,6 +46,8 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "shutdown_notice": str,
     "log_level": str,
     "async_backend": str,
+    "state": str,
+    "state_reader": str,
 }
 GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,

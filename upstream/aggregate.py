@@ -46,6 +46,37 @@ ONLINE = frozenset({"http", "rtr"})
 IMPLICIT_GROUP = GroupSpec("default", priority=0, startup_timeout=0.0, failback_delay=0.0)
 
 
+@dataclass(frozen=True, slots=True)
+class SourceInput:
+    """One source's payload as used for a build, with what persistence needs to restore it."""
+
+    name: str
+    group: str
+    kind: str
+    location: str
+    capabilities: frozenset[PayloadKind]
+    #: The payload kinds for which this source's group is active.
+    selected: frozenset[PayloadKind]
+    payload: SourcePayload
+    #: Wall time the payload was accepted (for a recovered payload: when it was first accepted).
+    accepted_wall: float
+    #: Wall time after which none of this payload is valid (an RTR source's Expire interval).
+    expires_wall: float | None = None
+    rtr_session: int | None = None
+    rtr_serial: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Recovered:
+    """A payload restored from persisted state, seeded into a source before it runs."""
+
+    payload: SourcePayload
+    #: When the payload was first accepted (wall, Unix seconds).
+    accepted_wall: float
+    #: Never judge this payload at a wall time earlier than this (the state's write time).
+    not_before_wall: float
+
+
 class Source(Protocol):
     """What the aggregator needs from a source."""
 
@@ -142,6 +173,55 @@ class Aggregator:
         self.on_status: Callable[[], None] | None = None
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
+        #: Sources holding a recovered payload (counted as having data) until they deliver.
+        self._recovered: set[str] = set()
+        self._accepted_wall: dict[str, float] = {}
+
+    def seed(self, name: str, recovered: Recovered) -> None:
+        """Give source ``name`` a recovered payload before `run` (used until it delivers).
+
+        It is judged at the wall time, never earlier than ``not_before_wall`` plus the
+        monotonic time elapsed since; its entries keep their own expiry.
+        """
+        if name not in self._group_of:
+            raise ValueError(f"no source {name!r} to seed")
+        self.payloads[name] = recovered.payload
+        wall = max(self.clock.wall(), recovered.not_before_wall)
+        self._anchors[name] = (wall, self.clock.monotonic())
+        self._accepted_wall[name] = recovered.accepted_wall
+        self._recovered.add(name)
+        self._changed.set()
+
+    def inputs(self) -> tuple[SourceInput, ...]:
+        """The payloads of the sources whose group is active for some kind, as built now."""
+        result = []
+        for source in self.sources:
+            name = source.name
+            if name not in self.payloads or not self._has_data(source):
+                continue
+            group = self._group_of[name]
+            caps = _capabilities(source)
+            selected = frozenset(k for k in caps if self.active.get(k) == group)
+            if not selected:
+                continue
+            info = getattr(source, "persist_info", None)
+            expires, session, serial = info() if callable(info) else (None, None, None)
+            result.append(
+                SourceInput(
+                    name=name,
+                    group=group,
+                    kind=source.status.kind,
+                    location=source.status.location,
+                    capabilities=caps,
+                    selected=selected,
+                    payload=self.payloads[name],
+                    accepted_wall=self._accepted_wall.get(name, self._anchors[name][0]),
+                    expires_wall=expires,
+                    rtr_session=session,
+                    rtr_serial=serial,
+                )
+            )
+        return tuple(result)
 
     def started_groups(self) -> set[str]:
         """Names of the groups whose sources run."""
@@ -152,6 +232,10 @@ class Aggregator:
         if name in self.payloads:
             other.payloads[name] = self.payloads[name]
             other._anchors[name] = self._anchors[name]
+            if name in self._accepted_wall:
+                other._accepted_wall[name] = self._accepted_wall[name]
+            if name in self._recovered:
+                other._recovered.add(name)
 
     def poke(self) -> None:
         """Re-evaluate now (e.g. after a test moved the clock, or a source changed state)."""
@@ -160,6 +244,8 @@ class Aggregator:
     def _accept(self, name: str, payload: SourcePayload) -> None:
         self.payloads[name] = payload
         self._anchors[name] = (self.clock.wall(), self.clock.monotonic())
+        self._accepted_wall.pop(name, None)
+        self._recovered.discard(name)
         self._untrusted.pop(name, None)
         self._changed.set()
 
@@ -174,13 +260,18 @@ class Aggregator:
             if source.name in self._anchors:
                 self._anchors[source.name] = (self.clock.wall(), self.clock.monotonic())
             log.info("source %s synced again after the clock jump: trusted", source.name)
+        if source.name in self._recovered:
+            return True
         flag = getattr(source, "has_data", None)
         return source.name in self.payloads if flag is None else bool(flag)
 
     def _views(self) -> list[SourceView]:
         views: list[SourceView] = []
         for group in self.groups:
-            all_attempted = all(s.status.attempted for s in group.sources)
+            # A recovered payload stands for a first attempt: serve it without waiting.
+            all_attempted = all(
+                s.status.attempted or s.name in self._recovered for s in group.sources
+            )
             views.extend(
                 SourceView(
                     s.name,

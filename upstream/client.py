@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
@@ -33,7 +33,7 @@ from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from snapshot.snapshot import Snapshot
-from upstream.aggregate import Aggregator, Group, Source
+from upstream.aggregate import Aggregator, Group, Recovered, Source, SourceInput
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
 from upstream.selection import PayloadKind
@@ -69,6 +69,8 @@ class ClientSnapshot:
     active: dict[PayloadKind, str | None]
     #: Wall time at which the first entry of this snapshot expires (None: none does).
     usable_until: float | None
+    #: The source payloads this snapshot was built from (what persistence stores).
+    inputs: tuple[SourceInput, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,8 +162,18 @@ class Watch:
 class Client:
     """Runs sources in groups and keeps the current snapshot; see the module docstring."""
 
-    def __init__(self, config: ClientConfig, *, clock: Clock | None = None) -> None:
-        """Configure; nothing runs and no file or socket is touched until `run`."""
+    def __init__(
+        self,
+        config: ClientConfig,
+        *,
+        clock: Clock | None = None,
+        recovered: Mapping[str, Recovered] | None = None,
+    ) -> None:
+        """Configure; nothing runs and no file or socket is touched until `run`.
+
+        ``recovered`` seeds sources of this configuration with payloads restored from
+        persisted state (by source name); a name not configured is an error.
+        """
         self.config = config
         self.clock = clock or SystemClock()
         self.state = ClientState.CREATED
@@ -180,6 +192,8 @@ class Client:
         self._aggregator_done: anyio.Event | None = None
         self._last_status_key: object = None
         self._build_aggregator(config, previous=None)
+        for name, payload in (recovered or {}).items():
+            self.seed(name, payload)
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Self:
@@ -368,6 +382,13 @@ class Client:
         self._sources = sources
         self._aggregator = aggregator
 
+    def seed(self, name: str, recovered: Recovered) -> None:
+        """Give source ``name`` a payload restored from persisted state; only before `run`."""
+        if self.state not in (ClientState.CREATED, ClientState.OPEN):
+            raise RuntimeError(f"cannot seed a client that is {self.state.value}")
+        assert self._aggregator is not None
+        self._aggregator.seed(name, recovered)
+
     async def _start_aggregator(self) -> None:
         assert self._tg is not None
         aggregator = self._aggregator
@@ -391,7 +412,12 @@ class Client:
         assert agg is not None
         self.generation += 1
         current = ClientSnapshot(
-            snapshot, self.epoch, self.generation, dict(agg.active), agg.next_expiry_wall
+            snapshot,
+            self.epoch,
+            self.generation,
+            dict(agg.active),
+            agg.next_expiry_wall,
+            agg.inputs(),
         )
         self._current = current
         for watch in list(self._watches):

@@ -205,6 +205,14 @@ class RtrSource:
         """True while our last hand-over is live data (not withdrawn after Expire or errors)."""
         return self._live
 
+    def persist_info(self) -> tuple[float | None, int | None, int | None]:
+        """(wall time the data expires, cache session id, serial) for persisted state."""
+        expire_at = self._expire_at
+        expires = (
+            None if expire_at is None else self.clock.wall() + (expire_at - self.clock.monotonic())
+        )
+        return expires, self.session.session_id, self.session.serial
+
     @property
     def capabilities(self) -> frozenset[PayloadKind]:
         """What this cache can deliver at the version in use (ASPA needs v2, keys v1)."""

@@ -1,0 +1,192 @@
+"""Between the upstream client and persisted state: build a state to commit, plan a recovery.
+
+Pure functions, no I/O. Recovery keeps only what the rules of the upstream half allow: sources
+still configured (same name, kind and location), entries still valid when judged at the wall
+clock but never earlier than the state's write time, and nothing at all when the wall clock is
+earlier than the write time by more than the clock tolerance (the clock cannot be trusted:
+resynchronise from the network). Expiry is never recomputed from the restart time.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from persistence.state import (
+    NEVER,
+    US_PER_SECOND,
+    PersistedState,
+    SourceRecord,
+    StateHeader,
+    StateId,
+    seconds_to_us,
+)
+from snapshot.snapshot import Snapshot
+from upstream.aggregate import Recovered, SourceInput, merge_by_kind
+from upstream.json_format import NO_EXPIRY, SourcePayload
+from upstream.selection import PayloadKind
+
+
+def _us(expires: int) -> int:
+    return NEVER if expires >= NO_EXPIRY else expires * US_PER_SECOND
+
+
+def _seconds(expires_us: int, cap_us: int) -> int:
+    value = min(expires_us, cap_us)
+    return NO_EXPIRY if value >= NEVER else value // US_PER_SECOND
+
+
+def to_record(source: SourceInput) -> SourceRecord:
+    """The persisted form of one source's payload (expiry in microseconds)."""
+    payload = source.payload
+    return SourceRecord(
+        name=source.name,
+        group=source.group,
+        kind=source.kind,
+        location=source.location,
+        complete=True,
+        capabilities=frozenset(k.value for k in source.capabilities),
+        selected=frozenset(k.value for k in source.selected),
+        accepted_at=seconds_to_us(source.accepted_wall),
+        expires_at=NEVER if source.expires_wall is None else seconds_to_us(source.expires_wall),
+        rtr_session=source.rtr_session,
+        rtr_serial=source.rtr_serial,
+        generated_at=None if payload.generated is None else payload.generated * US_PER_SECOND,
+        v4=payload.v4,
+        v4_expires=array("q", map(_us, payload.v4_expires)),
+        v6=payload.v6,
+        v6_expires=array("q", map(_us, payload.v6_expires)),
+        router_keys=tuple((key, _us(e)) for key, e in payload.router_keys),
+        aspas=tuple((aspa, _us(e)) for aspa, e in payload.aspas),
+    )
+
+
+def to_payload(record: SourceRecord) -> SourcePayload:
+    """The upstream payload of a record; every entry ends no later than the source's expiry."""
+    cap = record.expires_at
+    return SourcePayload(
+        v4=record.v4,
+        v4_expires=array("q", (_seconds(e, cap) for e in record.v4_expires)),
+        v6=record.v6,
+        v6_expires=array("q", (_seconds(e, cap) for e in record.v6_expires)),
+        router_keys=tuple((key, _seconds(e, cap)) for key, e in record.router_keys),
+        aspas=tuple((aspa, _seconds(e, cap)) for aspa, e in record.aspas),
+        generated=None if record.generated_at is None else record.generated_at // US_PER_SECOND,
+    )
+
+
+def build_state(
+    *,
+    store_id: str,
+    state_id: StateId,
+    config_revision: int,
+    serial: int,
+    session_ids: tuple[int, int, int],
+    published_wall: float,
+    package_version: str,
+    inputs: Iterable[SourceInput],
+) -> PersistedState:
+    """The complete state to commit after a publish."""
+    return PersistedState(
+        store_id=store_id,
+        state_id=state_id,
+        config_revision=config_revision,
+        serial=serial,
+        session_ids=session_ids,
+        published_at=seconds_to_us(published_wall),
+        package_version=package_version,
+        sources=tuple(to_record(s) for s in inputs),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SourceIdentity:
+    """What must match for a persisted source to be revived."""
+
+    name: str
+    kind: str
+    location: str
+
+
+@dataclass(slots=True)
+class RecoveryPlan:
+    """What recovery restores, and why anything was left out."""
+
+    recovered: dict[str, Recovered] = field(default_factory=dict)
+    #: The snapshot to publish before the network starts (None: nothing valid to serve).
+    snapshot: Snapshot | None = None
+    #: One line per decision, for the log.
+    notes: list[str] = field(default_factory=list)
+    #: Whether the wall clock was trusted.
+    trusted: bool = True
+
+
+def plan_recovery(
+    header: StateHeader,
+    state: PersistedState,
+    configured: Sequence[SourceIdentity],
+    *,
+    wall: float,
+    clock_tolerance: float,
+) -> RecoveryPlan:
+    """Decide what of ``state`` comes back at wall time ``wall``."""
+    plan = RecoveryPlan()
+    written = header.written_at / US_PER_SECOND
+    if wall < written - clock_tolerance:
+        plan.trusted = False
+        plan.notes.append(
+            f"the wall clock ({wall:.0f}) is {written - wall:.0f} s earlier than the state's "
+            f"write time ({written:.0f}), beyond the {clock_tolerance:.0f} s tolerance: "
+            "nothing is trusted, resynchronising from the network"
+        )
+        return plan
+    now = int(max(wall, written))
+    known: Mapping[str, SourceIdentity] = {s.name: s for s in configured}
+    chosen: dict[PayloadKind, list[tuple[SourcePayload, int]]] = {k: [] for k in PayloadKind}
+    for record in state.sources:
+        identity = known.get(record.name)
+        if identity is None:
+            plan.notes.append(f"source {record.name}: no longer configured, not revived")
+            continue
+        if (identity.kind, identity.location) != (record.kind, record.location):
+            plan.notes.append(
+                f"source {record.name}: now {identity.kind} {identity.location}, was "
+                f"{record.kind} {record.location}: not revived"
+            )
+            continue
+        payload = to_payload(record)
+        valid = payload.snapshot_at(now)
+        if valid.is_empty():
+            plan.notes.append(f"source {record.name}: nothing left valid, not revived")
+            continue
+        plan.recovered[record.name] = Recovered(payload, record.accepted_at / 1e6, written)
+        counts = ", ".join(f"{k}={v}" for k, v in valid.counts().items() if v)
+        plan.notes.append(f"source {record.name}: revived ({counts})")
+        for kind in record.selected:
+            chosen[PayloadKind(kind)].append((payload, now))
+    if plan.recovered:
+        snapshot = merge_by_kind(chosen)
+        plan.snapshot = None if snapshot.is_empty() else snapshot
+    return plan
+
+
+def served_snapshot(
+    header: StateHeader, state: PersistedState, *, wall: float
+) -> tuple[Snapshot, float | None]:
+    """What a follower serves of ``state`` at ``wall``, and the wall time of the next expiry.
+
+    The same selection as the owner's publish: each source's payload for the kinds it was
+    selected for, judged at the wall clock but never earlier than the write time.
+    """
+    now = int(max(wall, header.written_at / US_PER_SECOND))
+    chosen: dict[PayloadKind, list[tuple[SourcePayload, int]]] = {k: [] for k in PayloadKind}
+    ahead: list[int] = []
+    for record in state.sources:
+        payload = to_payload(record)
+        for kind in record.selected:
+            chosen[PayloadKind(kind)].append((payload, now))
+        if record.selected and (first := payload.earliest_expiry_after(now)) is not None:
+            ahead.append(first)
+    next_expiry = float(min(ahead)) + (wall - now) if ahead else None
+    return merge_by_kind(chosen), next_expiry
