@@ -110,6 +110,8 @@ class Persister:
     async def flush(self) -> CommitReceipt:
         """Wait until the latest state offered so far (or a later one) is committed.
 
+        With nothing offered yet, waits for the first commit.
+
         Bound it with a cancel scope. Raises `PersisterStoppedError` after a permanent error.
         """
         target = self._latest_offered
@@ -117,9 +119,8 @@ class Persister:
             if self._error is not None:
                 raise PersisterStoppedError(str(self._error)) from self._error
             receipt = self._last_receipt
-            if target is None or (receipt is not None and _reached(receipt.state_id, target)):
-                if receipt is None:
-                    raise PersisterStoppedError("nothing was offered, nothing was committed")
+            # Nothing offered yet: the first state committed from now on is "a later state".
+            if receipt is not None and (target is None or _reached(receipt.state_id, target)):
                 return receipt
             progress = self._progress
             await progress.wait()
