@@ -8,6 +8,7 @@ Cache Shutdown with ``--shutdown-notice shutdown``) and the process exits 0.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import signal
 import sys
@@ -20,11 +21,19 @@ import anyio
 
 from persistence.errors import PersistenceError
 from persistence.location import StateLocation, parse_state_location
-from rtr_server import __version__
+from rtr_server import __version__, gen_cert
+from rtr_server.access import Network, parse_network, parse_networks
 from rtr_server.app import AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.protocol import MAX_VERSION, Timers
-from rtr_server.settings import ServerSettings, ShutdownNotice, parse_listen
+from rtr_server.settings import (
+    ListenAddress,
+    ServerSettings,
+    ShutdownNotice,
+    TlsFiles,
+    parse_listen,
+)
+from rtr_server.tls import make_server_context
 
 log = logging.getLogger("rtr_server")
 
@@ -39,6 +48,10 @@ examples:
   rtr-serve --source /var/lib/rpki-client/json --listen 127.0.0.1:8323
   rtr-serve --source a.json --source b.json.bz2 --listen [::]:323 --listen 0.0.0.0:323
   rtr-serve --source old-export.json.bz2 --reference-time 2025-07-20T09:31:33Z
+  rtr-serve --source a.json --listen-tls [::]:324 --tls-cert server.pem --tls-key server-key.pem \
+            --tls-client-ca ca.pem --allow 192.0.2.0/24
+  rtr-serve gen-cert DIR --router-ip 192.0.2.10   (a lab CA, server and router certificates)
+  rtr-serve check-config FILE                     (validate a configuration file)
 
 Several --source files are merged (union). A source file that does not exist yet is waited
 for; routers get "No Data Available" until the first data is loaded. An invalid update is
@@ -94,6 +107,13 @@ def _state_location(text: str) -> StateLocation:
 def _reader_location(text: str) -> StateLocation:
     try:
         return parse_state_location(text, reader=True)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _network(text: str) -> Network:
+    try:
+        return parse_network(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
@@ -197,6 +217,40 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="V",
         help=f"highest RTR version offered, 0..{MAX_VERSION} (default {MAX_VERSION})",
     )
+    sec = p.add_argument_group("TLS and access control")
+    sec.add_argument(
+        "--listen-tls",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="address to serve RTR over TLS on (8210bis §9.2; the registered port is 324); "
+        "repeat for several; needs --tls-cert and --tls-key",
+    )
+    sec.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate (PEM)")
+    sec.add_argument("--tls-key", type=Path, metavar="FILE", help="server private key (PEM)")
+    sec.add_argument(
+        "--tls-client-ca",
+        type=Path,
+        metavar="FILE",
+        help="require router certificates issued by this CA (PEM), whose subjectAltName "
+        "iPAddress entries must include the router's address",
+    )
+    sec.add_argument(
+        "--tls-handshake-timeout",
+        type=_positive_float,
+        default=10.0,
+        metavar="S",
+        help="close a TLS connection whose handshake takes longer than S seconds (default 10)",
+    )
+    sec.add_argument(
+        "--allow",
+        action="append",
+        type=_network,
+        default=[],
+        metavar="NET",
+        help="admit routers only from this network (e.g. 192.0.2.0/24); repeat for several; "
+        "applies to every listener; others are closed at accept (default: everyone)",
+    )
     lim = p.add_argument_group("limits")
     lim.add_argument(
         "--max-connections",
@@ -272,8 +326,11 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         raise ValueError(f"{where}: {exc}") from None
     if not 1 <= args.max_aspa_providers <= 16_380:
         raise ValueError("--max-aspa-providers must be in 1..16380")
+    file_config: FileConfig | None = getattr(args, "file_config", None)
+    listen = listen_addresses(args, file_config)
+    tls = tls_files(args, listen)
     settings = ServerSettings(
-        listen=tuple(parse_listen(v) for v in (args.listen or ["127.0.0.1:8323"])),
+        listen=listen,
         timers=timers,
         notify_interval=args.notify_interval,
         max_version=args.max_version,
@@ -282,8 +339,9 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         query_timeout=args.query_timeout,
         write_timeout=args.write_timeout,
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
+        tls=tls,
+        tls_handshake_timeout=args.tls_handshake_timeout,
     )
-    file_config: FileConfig | None = getattr(args, "file_config", None)
     use_file_sources = file_config is not None and not args.source
     return AppConfig(
         sources=tuple(args.source),
@@ -297,6 +355,43 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         state=args.state,
         state_reader=args.state_reader,
     )
+
+
+def listen_addresses(
+    args: argparse.Namespace, file_config: FileConfig | None
+) -> tuple[ListenAddress, ...]:
+    """What to listen on: --listen and --listen-tls with the --allow networks, and more.
+
+    Those options may come from [server] listen, listen_tls and allow; the file's
+    [[listeners]] are added unless --listen or --listen-tls is on the command line (a
+    listener without its own ``allow`` takes the server-wide one).
+    """
+    allow = parse_networks(str(n) for n in args.allow) if args.allow else None
+    listen = [dataclasses.replace(parse_listen(v), allow=allow) for v in args.listen]
+    listen += [dataclasses.replace(parse_listen(v), tls=True, allow=allow) for v in args.listen_tls]
+    if file_config is not None and not getattr(args, "listen_on_command_line", False):
+        listen += [
+            a if a.allow is not None else dataclasses.replace(a, allow=allow)
+            for a in file_config.listeners
+        ]
+    return tuple(listen) or (ListenAddress("127.0.0.1", 8323, allow=allow),)
+
+
+def tls_files(args: argparse.Namespace, listen: tuple[ListenAddress, ...]) -> TlsFiles | None:
+    """The TLS files, checked by building the context once (raises ValueError, one line)."""
+    config = args.config is not None
+    cert, key = ("server.tls_cert", "server.tls_key") if config else ("--tls-cert", "--tls-key")
+    if args.tls_cert is None and args.tls_key is None:
+        if args.tls_client_ca is not None:
+            raise ValueError(f"a TLS client CA needs {cert} and {key}")
+        if any(a.tls for a in listen):
+            raise ValueError(f"TLS listeners need {cert} and {key}")
+        return None
+    if args.tls_cert is None or args.tls_key is None:
+        raise ValueError(f"give both {cert} and {key}")
+    files = TlsFiles(args.tls_cert, args.tls_key, args.tls_client_ca)
+    make_server_context(files)
+    return files
 
 
 def apply_config_file(
@@ -315,6 +410,7 @@ def apply_config_file(
         for option in action.option_strings
         if any(arg == option or arg.startswith(option + "=") for arg in given)
     }
+    args.listen_on_command_line = bool(explicit & {"listen", "listen_tls"})
     for key, value in file_config.server.items():
         if key in explicit:
             continue
@@ -350,7 +446,14 @@ def check_config(path: Path) -> int:
         return 2
     out = sys.stdout
     out.write(f"{path}: valid\n")
-    out.write(f"  listen: {', '.join(str(a) for a in config.server.listen)}\n")
+    out.write(f"  listen: {', '.join(a.describe() for a in config.server.listen)}\n")
+    tls = config.server.tls
+    if tls is not None:
+        out.write(
+            f"  tls: certificate {tls.cert}, key {tls.key}, "
+            + (f"router certificates from {tls.client_ca}" if tls.client_ca else "no client CA")
+            + f"; handshake timeout {config.server.tls_handshake_timeout:g} s\n"
+        )
     t = config.server.timers
     out.write(
         f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "
@@ -397,6 +500,8 @@ async def _stop_on_signal(scope: anyio.CancelScope) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtr-serve`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["gen-cert"]:
+        return gen_cert.main(argv[1:])
     if argv[:1] == ["check-config"]:
         if len(argv) != 2:
             sys.stderr.write("usage: rtr-serve check-config FILE\n")
@@ -417,7 +522,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     log.info(
         "rtr-serve %s starting on %s (%s)",
         __version__,
-        ", ".join(str(a) for a in config.server.listen),
+        ", ".join(a.describe() for a in config.server.listen),
         args.async_backend,
     )
     try:

@@ -14,6 +14,10 @@ Shape (every key optional except ``url`` and ``group`` membership rules)::
     name = "validator-a"     # unique; defaults to the url
     url = "rtr://192.0.2.10:3323"   # or https://..., or a file path
     group = "primary"        # optional when there is exactly one group
+    [[listeners]]            # more RTR listeners, each with its own allowed networks
+    address = "[::]:324"
+    tls = true               # needs [server] tls_cert and tls_key
+    allow = ["192.0.2.0/24", "2001:db8::/32"]   # default: [server] allow (or everyone)
 
 Reading the file does no network I/O; a source URL is only parsed.
 """
@@ -25,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rtr_server.access import parse_networks
+from rtr_server.settings import ListenAddress, parse_listen
 from upstream.config import GroupConfig, SourceConfig
 
 #: [server] keys and the type each must have (int is accepted where a float is expected).
@@ -48,7 +54,15 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "async_backend": str,
     "state": str,
     "state_reader": str,
+    "listen_tls": list,
+    "tls_cert": str,
+    "tls_key": str,
+    "tls_client_ca": str,
+    "tls_handshake_timeout": (int, float),
+    "allow": list,
 }
+#: Keys of a [[listeners]] table.
+LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {"address": str, "tls": bool, "allow": list}
 GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "priority": int,
@@ -91,6 +105,8 @@ class FileConfig:
     server: dict[str, Any]
     groups: tuple[GroupConfig, ...]
     sources: tuple[SourceConfig, ...]
+    #: [[listeners]]; ``allow`` None means "the [server] allow".
+    listeners: tuple[ListenAddress, ...] = ()
 
 
 def _check_table(
@@ -102,7 +118,7 @@ def _check_table(
         expected = keys.get(key)
         if expected is None:
             raise ConfigError(f"{path}.{key}: unknown key (known: {', '.join(sorted(keys))})")
-        if isinstance(value, bool) or not isinstance(value, expected):
+        if isinstance(value, bool) != (expected is bool) or not isinstance(value, expected):
             names = expected if isinstance(expected, tuple) else (expected,)
             wanted = " or ".join(t.__name__ for t in names)
             raise ConfigError(f"{path}.{key}: must be {wanted}, got {value!r}")
@@ -115,12 +131,18 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
-    unknown = set(doc) - {"server", "groups", "sources"}
+    unknown = set(doc) - {"server", "groups", "sources", "listeners"}
     if unknown:
-        raise ConfigError(f"{sorted(unknown)[0]}: unknown section (known: server, groups, sources)")
+        raise ConfigError(
+            f"{sorted(unknown)[0]}: unknown section (known: server, groups, sources, listeners)"
+        )
     server = dict(_check_table(doc.get("server", {}), "server", SERVER_KEYS))
-    if "listen" in server and not all(isinstance(a, str) for a in server["listen"]):
-        raise ConfigError("server.listen: must be a list of HOST:PORT strings")
+    for key in ("listen", "listen_tls"):
+        if key in server and not all(isinstance(a, str) for a in server[key]):
+            raise ConfigError(f"server.{key}: must be a list of HOST:PORT strings")
+    if "allow" in server:
+        _networks(server["allow"], "server.allow")
+    listeners = _parse_listeners(doc.get("listeners", []))
     raw_groups = doc.get("groups", [])
     if not isinstance(raw_groups, list):
         raise ConfigError("groups: must be an array of tables ([[groups]])")
@@ -202,7 +224,38 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
     for i, group in enumerate(groups):
         if sources and group.name not in used:
             raise ConfigError(f"groups[{i}]: group {group.name!r} has no sources")
-    return FileConfig(server, tuple(groups), tuple(sources))
+    return FileConfig(server, tuple(groups), tuple(sources), listeners)
+
+
+def _networks(value: list[Any], path: str) -> tuple[Any, ...]:
+    if not value:
+        raise ConfigError(f"{path}: must not be empty (leave it out to admit every address)")
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ConfigError(f"{path}[{i}]: must be a network string, got {item!r}")
+        try:
+            parse_networks([item])
+        except ValueError as exc:
+            raise ConfigError(f"{path}[{i}]: {exc}") from None
+    return parse_networks(value)
+
+
+def _parse_listeners(raw_listeners: object) -> tuple[ListenAddress, ...]:
+    if not isinstance(raw_listeners, list):
+        raise ConfigError("listeners: must be an array of tables ([[listeners]])")
+    listeners: list[ListenAddress] = []
+    for i, raw in enumerate(raw_listeners):
+        path = f"listeners[{i}]"
+        table = _check_table(raw, path, LISTENER_KEYS)
+        if "address" not in table:
+            raise ConfigError(f"{path}.address: missing")
+        try:
+            address = parse_listen(table["address"])
+        except ValueError as exc:
+            raise ConfigError(f"{path}.address: {exc}") from None
+        allow = _networks(table["allow"], f"{path}.allow") if "allow" in table else None
+        listeners.append(ListenAddress(address.host, address.port, table.get("tls", False), allow))
+    return tuple(listeners)
 
 
 def load_config_file(path: Path) -> FileConfig:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import math
+import ssl
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, cast
 
@@ -108,7 +109,12 @@ class RtrConnection:
             self.close_reason = "write stalled"
             if self._aligned:
                 await self._goodbye(ErrorCode.TRANSPORT_FAILURE, "write stalled")
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError) as exc:
+        except (
+            anyio.BrokenResourceError,
+            anyio.ClosedResourceError,
+            ConnectionError,
+            ssl.SSLError,  # TLS: a bad record or an alert from the router
+        ) as exc:
             self.close_reason = f"connection lost ({type(exc).__name__})"
         except anyio.get_cancelled_exc_class():
             self.close_reason = "server shutdown"

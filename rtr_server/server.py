@@ -1,11 +1,14 @@
-"""`RtrServer`: TCP listeners, one task per router connection, limits, Serial Notify, shutdown.
+"""`RtrServer`: TCP and TLS listeners, one task per router, access, limits, Notify, shutdown.
 
 The server holds the one current `PublishedState`; `publish` swaps it in with one assignment, so
 a response always comes from a single consistent state. Serial Notify goes to every negotiated,
 idle session at most once per ``notify_interval``; publishes inside the interval are announced
 together at its end. Connections over ``max_connections`` or ``max_per_ip`` are closed at
-accept and counted. Cancelling `serve` is the shutdown: v2 sessions get Cache Restart (or
-Cache Shutdown), every stream is closed.
+accept and counted, and so are routers outside a listener's allowed networks (before any read;
+their log lines are rate-limited). On a TLS listener the handshake runs in the router's own task
+(a slow one never delays accept), within ``tls_handshake_timeout``; a refused router is closed,
+counted by reason and logged. Cancelling `serve` is the shutdown: v2 sessions get Cache Restart
+(or Cache Shutdown), every stream is closed.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ from typing import cast
 
 import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.streams.tls import TLSAttribute
 
+from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.connection import RtrConnection
 from rtr_server.protocol import SendDelta, SendFull
 from rtr_server.responses import ResponseCache
-from rtr_server.settings import ServerSettings
+from rtr_server.settings import ListenAddress, ServerSettings
+from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
 
 log = logging.getLogger(__name__)
@@ -35,9 +41,19 @@ ACCEPT_BACKOFF_MAX = 1.0
 class ServerStats:
     """Server-wide counters (exposed by the operations layer)."""
 
+    #: Connections that got an RTR session (on TLS listeners: after the handshake).
     accepted: int = 0
     rejected_max_connections: int = 0
     rejected_max_per_ip: int = 0
+    #: Closed at accept: the address is outside the listener's allowed networks.
+    rejected_not_allowed: int = 0
+    #: The same, by listener (bound ``HOST:PORT``).
+    rejected_not_allowed_by_listener: Counter[str] = field(default_factory=Counter)
+    #: TLS routers refused: handshake timeout, failed handshake (e.g. no or untrusted
+    #: certificate), certificate without the router's address (8210bis §9.2).
+    tls_handshake_timeouts: int = 0
+    tls_handshake_failures: int = 0
+    rejected_tls_ip_mismatch: int = 0
     accept_errors: int = 0
     reset_queries: int = 0
     serial_queries: int = 0
@@ -50,18 +66,27 @@ class ServerStats:
 
 
 class RtrServer:
-    """Serves the current `PublishedState` to routers over TCP."""
+    """Serves the current `PublishedState` to routers over TCP and TLS."""
 
     def __init__(self, settings: ServerSettings) -> None:
-        """Configure; no socket is opened until `serve`."""
+        """Configure; no socket is opened until `serve`.
+
+        :raises ~rtr_server.tls.TlsConfigError: when the TLS files are unusable
+        """
         self.settings = settings
+        #: Built once; shared by every TLS connection.
+        self.tls_context = make_server_context(settings.tls) if settings.tls else None
         self.state: PublishedState | None = None
         self.responses = ResponseCache(settings.timers, settings.response_cache_bytes)
         self.stats = ServerStats()
         self.connections: set[RtrConnection] = set()
         self._per_ip: Counter[str] = Counter()
         self._published: anyio.Event | None = None
+        self._handshaking = 0
+        self._refusal_log = LogRateLimit()
         self.addresses: list[tuple[str, int]] = []
+        #: What each bound socket serves, in the order of ``addresses``.
+        self.bound: list[tuple[ListenAddress, str, int]] = []
 
     # ------------------------------------------------------------------ data
     def publish(self, state: PublishedState) -> None:
@@ -115,33 +140,46 @@ class RtrServer:
         self._published = anyio.Event()
         if self.state is not None:
             self._published.set()
-        listeners: list[SocketListener] = []
+        listeners: list[tuple[SocketListener, ListenAddress]] = []
         try:
             for address in self.settings.listen:
                 multi = await anyio.create_tcp_listener(
                     local_host=address.host, local_port=address.port
                 )
-                listeners.extend(cast("list[SocketListener]", multi.listeners))
+                listeners.extend(
+                    (lst, address) for lst in cast("list[SocketListener]", multi.listeners)
+                )
         except BaseException:
-            for listener in listeners:
+            for listener, _ in listeners:
                 await listener.aclose()
             raise
-        self.addresses = [
+        self.bound = [
             (
+                spec,
                 str(lst.extra(SocketAttribute.local_address)[0]),
                 lst.extra(SocketAttribute.local_port),
             )
-            for lst in listeners
+            for lst, spec in listeners
         ]
-        for host, port in self.addresses:
-            log.info("listening for routers on %s port %d", host, port)
+        self.addresses = [(host, port) for _, host, port in self.bound]
+        for spec, host, port in self.bound:
+            log.info(
+                "listening for routers on %s port %d%s%s",
+                host,
+                port,
+                " (TLS)" if spec.tls else "",
+                "" if spec.allow is None else f", allowed: {', '.join(map(str, spec.allow))}",
+            )
         async with anyio.create_task_group() as tg:
-            for listener in listeners:
-                tg.start_soon(self._accept_loop, listener, tg)
+            for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=True):
+                name = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+                tg.start_soon(self._accept_loop, listener, spec, name, tg)
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
 
-    async def _accept_loop(self, listener: SocketListener, tg: TaskGroup) -> None:
+    async def _accept_loop(
+        self, listener: SocketListener, spec: ListenAddress, name: str, tg: TaskGroup
+    ) -> None:
         backoff = 0.01
         async with listener:
             while True:
@@ -155,9 +193,9 @@ class RtrServer:
                     backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
                     continue
                 backoff = 0.01
-                self._admit(stream, tg)
+                self._admit(stream, tg, spec, name)
 
-    def _admit(self, stream: SocketStream, tg: TaskGroup) -> None:
+    def _admit(self, stream: SocketStream, tg: TaskGroup, spec: ListenAddress, name: str) -> None:
         try:
             remote = stream.extra(SocketAttribute.remote_address)
         except OSError:
@@ -167,8 +205,14 @@ class RtrServer:
         else:
             peer_ip, port = str(remote), 0
         peer = f"[{peer_ip}]:{port}" if ":" in peer_ip else f"{peer_ip}:{port}"
+        if not is_allowed(peer_ip, spec.allow):
+            self.stats.rejected_not_allowed += 1
+            self.stats.rejected_not_allowed_by_listener[name] += 1
+            self._log_refusal("not-allowed", name, peer, "address not in the allowed networks")
+            tg.start_soon(_close_quietly, stream)
+            return
         reason = None
-        if len(self.connections) >= self.settings.max_connections:
+        if len(self.connections) + self._handshaking >= self.settings.max_connections:
             self.stats.rejected_max_connections += 1
             reason = f"max-connections ({self.settings.max_connections}) reached"
         elif self._per_ip[peer_ip] >= self.settings.max_per_ip:
@@ -183,21 +227,70 @@ class RtrServer:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         except (OSError, TypeError):
             pass
+        self._per_ip[peer_ip] += 1
+        if spec.tls:
+            self._handshaking += 1
+            tg.start_soon(self._run_tls, stream, peer, peer_ip, name)
+            return
         self.stats.accepted += 1
         connection = RtrConnection(stream, self, peer)
         self.connections.add(connection)
-        self._per_ip[peer_ip] += 1
         tg.start_soon(self._run_connection, connection, peer_ip)
 
-    async def _run_connection(self, connection: RtrConnection, peer_ip: str) -> None:
-        log.info("router %s connected", connection.peer)
+    def _log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
+        """One line per refusal, at most a few per listener and kind every 10 s."""
+        logged, suppressed = self._refusal_log.allow(f"{kind} {listener}", anyio.current_time())
+        if logged:
+            more = f" ({suppressed} more refused like this not logged)" if suppressed else ""
+            log.warning("refused router %s on %s: %s%s", peer, listener, reason, more)
+
+    def _release_ip(self, peer_ip: str) -> None:
+        self._per_ip[peer_ip] -= 1
+        if self._per_ip[peer_ip] <= 0:
+            del self._per_ip[peer_ip]
+
+    async def _run_tls(self, stream: SocketStream, peer: str, peer_ip: str, name: str) -> None:
+        """Handshake and address check, then the RTR session over the TLS stream."""
+        assert self.tls_context is not None
+        try:
+            try:
+                tls = await accept_tls(
+                    stream,
+                    self.tls_context,
+                    peer_ip=peer_ip,
+                    deadline=anyio.current_time() + self.settings.tls_handshake_timeout,
+                )
+            finally:
+                self._handshaking -= 1
+        except TlsRefusedError as exc:
+            if exc.refusal is Refusal.HANDSHAKE_TIMEOUT:
+                self.stats.tls_handshake_timeouts += 1
+            elif exc.refusal is Refusal.IP_MISMATCH:
+                self.stats.rejected_tls_ip_mismatch += 1
+            else:
+                self.stats.tls_handshake_failures += 1
+            self._log_refusal(exc.refusal.value, name, peer, exc.reason)
+            self._release_ip(peer_ip)
+            await _close_quietly(stream)
+            return
+        except BaseException:  # shutdown during the handshake
+            self._release_ip(peer_ip)
+            await _close_quietly(stream)
+            raise
+        self.stats.accepted += 1
+        connection = RtrConnection(tls, self, peer)
+        self.connections.add(connection)
+        await self._run_connection(
+            connection, peer_ip, f" over {tls.extra(TLSAttribute.tls_version)}"
+        )
+
+    async def _run_connection(self, connection: RtrConnection, peer_ip: str, via: str = "") -> None:
+        log.info("router %s connected%s", connection.peer, via)
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
-            self._per_ip[peer_ip] -= 1
-            if self._per_ip[peer_ip] <= 0:
-                del self._per_ip[peer_ip]
+            self._release_ip(peer_ip)
             self.stats.disconnects[connection.close_reason] += 1
             session = connection.session
             stats = connection.stats

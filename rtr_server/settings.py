@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from rtr_server.access import Network
 from rtr_server.protocol.constants import MAX_VERSION, Timers
 
 
@@ -19,13 +21,35 @@ class ShutdownNotice(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ListenAddress:
-    """One TCP address to listen on."""
+    """One TCP address to listen on, plain or TLS, with the router networks it admits."""
 
     host: str
     port: int
+    #: Serve RTR over TLS here (8210bis §9.2; the registered port is 324, rpki-rtr-tls).
+    tls: bool = False
+    #: Router networks admitted; None admits every address.
+    allow: tuple[Network, ...] | None = None
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+    def describe(self) -> str:
+        """``HOST:PORT``, with ``tls`` and the allowed networks when set (for check-config)."""
+        text = f"{self}{' tls' if self.tls else ''}"
+        if self.allow is not None:
+            text += f" allow {','.join(str(n) for n in self.allow)}"
+        return text
+
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """The PEM files of the TLS listeners; `rtr_server.tls` turns them into an SSLContext."""
+
+    cert: Path
+    key: Path
+    #: When set, routers must present a certificate issued by this CA whose subjectAltName
+    #: iPAddress entries include the address they connect from.
+    client_ca: Path | None = None
 
 
 def parse_listen(text: str) -> ListenAddress:
@@ -64,6 +88,10 @@ class ServerSettings:
     chunk_size: int = 128 * 1024
     #: Encoded responses kept for sharing (full and delta, all versions).
     response_cache_bytes: int = 256 * 1024 * 1024
+    #: Certificate and key of the TLS listeners (required when one listener has ``tls``).
+    tls: TlsFiles | None = None
+    #: A TLS handshake not finished within this many seconds is abandoned.
+    tls_handshake_timeout: float = 10.0
 
     def __post_init__(self) -> None:
         if not self.listen:
@@ -80,6 +108,10 @@ class ServerSettings:
             raise ValueError("write timeout must be positive")
         if self.chunk_size < 4096:
             raise ValueError("chunk size must be at least 4096")
+        if self.tls is None and any(a.tls for a in self.listen):
+            raise ValueError("TLS listeners need a certificate and key (--tls-cert, --tls-key)")
+        if self.tls_handshake_timeout <= 0:
+            raise ValueError("TLS handshake timeout must be positive")
 
     @property
     def effective_write_timeout(self) -> float:

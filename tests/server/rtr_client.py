@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 
 import anyio
-from anyio.abc import SocketStream
+from anyio.abc import ByteStream
 
 from rtr_server.protocol import (
     NEED_DATA,
@@ -78,8 +78,8 @@ def raw_header(version: int, pdu_type: int, octets23: int, length: int) -> bytes
 class RtrClient:
     """One router connection to the server under test."""
 
-    def __init__(self, stream: SocketStream) -> None:
-        """Wrap a connected stream."""
+    def __init__(self, stream: ByteStream) -> None:
+        """Wrap a connected stream (TCP, or TLS over TCP)."""
         self.stream = stream
         self.framer = PduFramer()
         self.notifies: list[SerialNotify] = []
