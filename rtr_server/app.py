@@ -262,8 +262,7 @@ class App:
             client = self._client()
             tolerance = client.config.clock_tolerance
             configured = [
-                SourceIdentity(s.name, s.status.kind, s.status.location)
-                for s in client.sources
+                SourceIdentity(s.name, s.status.kind, s.status.location) for s in client.sources
             ]
             plan = await anyio.to_thread.run_sync(
                 lambda: plan_recovery(
