@@ -474,6 +474,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return load_process_config(parser, argv)[1]
 
     load = reload_config if args.config is not None else None
+    # Until the event loop listens for it, a SIGHUP (an early `systemctl reload`) would kill
+    # the process: ignore it; `_serve` then handles every SIGHUP.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
         anyio.run(_serve, process, load, str(args.config), backend=args.async_backend)
     except KeyboardInterrupt:
