@@ -181,26 +181,7 @@ class App:
             return
         self.server.publish(state)
         self.published += 1
-        counts = ", ".join(f"{k}={v}" for k, v in snapshot.counts().items())
-        if state.last_delta is None:
-            log.info(
-                "published serial %s (session ids v0/v1/v2 %d/%d/%d): %s (%.2f s)",
-                state.serial,
-                state.session_ids.v0,
-                state.session_ids.v1,
-                state.session_ids.v2,
-                counts,
-                self.clock.monotonic() - started,
-            )
-        else:
-            delta = ", ".join(f"{k}={v}" for k, v in state.last_delta.counts().items() if v)
-            log.info(
-                "published serial %s: %s; delta %s (%.2f s)",
-                state.serial,
-                counts,
-                delta,
-                self.clock.monotonic() - started,
-            )
+        log_publish(state, self.clock.monotonic() - started)
 
     async def _follow(self) -> None:
         """Publish every snapshot the client makes; resynchronise when a watch says so."""
@@ -316,6 +297,45 @@ class App:
                 await follower.run()
         finally:
             await self._close_backend(backend)
+
+
+def log_publish(state: PublishedState, duration: float) -> None:
+    """The one line per publish (event ``publish``): serial, counts, delta, duration."""
+    counts = state.snapshot.counts()
+    text = ", ".join(f"{k}={v}" for k, v in counts.items())
+    ids = state.session_ids
+    fields: dict[str, object] = {
+        "event": "publish",
+        "serial": state.serial.value,
+        "session_ids": {"v0": ids.v0, "v1": ids.v1, "v2": ids.v2},
+        "counts": counts,
+        "duration_s": round(duration, 3),
+    }
+    if state.last_delta is None:
+        fields.update(delta=None, delta_size=None)
+        log.info(
+            "published serial %s (session ids v0/v1/v2 %d/%d/%d): %s (%.2f s)",
+            state.serial,
+            ids.v0,
+            ids.v1,
+            ids.v2,
+            text,
+            duration,
+            extra=fields,
+        )
+        return
+    delta = state.last_delta.counts()
+    size = sum(delta.values())
+    fields.update(delta=delta, delta_size=size)
+    log.info(
+        "published serial %s: %s; delta of %d changes: %s (%.2f s)",
+        state.serial,
+        text,
+        size,
+        ", ".join(f"{k}={v}" for k, v in delta.items() if v),
+        duration,
+        extra=fields,
+    )
 
 
 def make_clock(reference_time: float | None) -> Clock:

@@ -2,7 +2,8 @@
 
 Bad arguments exit with status 2 and one line saying what is wrong, before any file or network
 is touched. SIGTERM and SIGINT stop the server cleanly (v2 routers are told Cache Restart, or
-Cache Shutdown with ``--shutdown-notice shutdown``) and the process exits 0.
+Cache Shutdown with ``--shutdown-notice shutdown``) and the process exits 0. SIGHUP reloads the
+``--config`` file (see `rtr_server.reload`).
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from rtr_server import __version__, gen_cert
 from rtr_server.access import Network, parse_network, parse_networks
 from rtr_server.app import AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
+from rtr_server.logs import LOG_FORMATS, LOG_LEVELS, LogSettings, configure
 from rtr_server.protocol import MAX_VERSION, Timers
+from rtr_server.reload import ProcessConfig, Reloader
 from rtr_server.settings import (
     ListenAddress,
     ServerSettings,
@@ -39,23 +42,77 @@ log = logging.getLogger("rtr_server")
 
 DESCRIPTION = """\
 RPKI-to-Router (RTR) cache server. Reads validated RPKI payload (VRPs, ASPAs, BGPsec router
-keys) from JSON exports of rpki-client, Routinator or StayRTR and serves it to routers over
-RTR version 0 (RFC 6810), 1 (RFC 8210) and 2 (draft-ietf-sidrops-8210bis, with ASPA).
+keys) from JSON exports of rpki-client, Routinator or StayRTR -- files, http(s):// URLs -- or
+from another RTR cache (rtr://), and serves it to routers over RTR version 0 (RFC 6810),
+1 (RFC 8210) and 2 (draft-ietf-sidrops-8210bis, with ASPA).
+
+Several --source files are merged (union); a configuration file (--config) adds prioritised
+groups with failover. A source that does not exist yet is waited for; routers get "No Data
+Available" until the first data is loaded. An invalid update is rejected with the reason and
+the previous data keeps serving.
+
+subcommands:
+  rtr-serve check-config FILE   validate a configuration file without network activity
+                                (see rtr-serve check-config --help)
 """
 
 EPILOG = """\
+All durations are in seconds. Every option may also be set in the [server] table of the --config
+file, by its long name with "_" for "-" (e.g. poll_interval = 30); the command line wins.
+
+signals:
+  SIGTERM, SIGINT  stop: close every router session (v2 routers are told Cache Restart, or
+                   Cache Shutdown with --shutdown-notice shutdown) and exit 0
+  SIGHUP           reload the --config file: sources and groups are applied at once (sources
+                   unchanged keep their data), so are log_level and log_format; options that
+                   cannot change while running (listen addresses, timers, limits, ...) are
+                   named in the log as needing a restart and keep their values. A file that
+                   does not load is logged with the reason and nothing changes. Without
+                   --config, SIGHUP only logs that there is nothing to reload.
+
+logging:
+  One line per event on standard error: router session open and close (peer, version,
+  session id, reason, bytes sent and received, duration), every publish (serial, counts,
+  delta size, duration), every source state change (old -> new, reason, error class) and
+  every reload. --log-format json writes one JSON object per line with ts (RFC 3339, UTC),
+  level, logger, msg and the event's fields (event, peer, serial, ...).
+
+exit status:
+  0  stopped by SIGTERM or SIGINT
+  1  cannot serve (e.g. a listen address is in use or needs privileges: port 323 needs
+     CAP_NET_BIND_SERVICE)
+  2  bad arguments or configuration file (one line on standard error says what is wrong)
+
 examples:
   rtr-serve --source /var/lib/rpki-client/json --listen 127.0.0.1:8323
   rtr-serve --source a.json --source b.json.bz2 --listen [::]:323 --listen 0.0.0.0:323
+  rtr-serve --source https://validator.example.net/json --poll-interval 30
   rtr-serve --source old-export.json.bz2 --reference-time 2025-07-20T09:31:33Z
   rtr-serve --source a.json --listen-tls [::]:324 --tls-cert server.pem --tls-key server-key.pem \
             --tls-client-ca ca.pem --allow 192.0.2.0/24
   rtr-serve gen-cert DIR --router-ip 192.0.2.10   (a lab CA, server and router certificates)
   rtr-serve check-config FILE                     (validate a configuration file)
+  rtr-serve --config /etc/rtr-serve/rtr-serve.toml --log-format json
+  rtr-serve check-config /etc/rtr-serve/rtr-serve.toml && systemctl reload rtr-serve
+"""
 
-Several --source files are merged (union). A source file that does not exist yet is waited
-for; routers get "No Data Available" until the first data is loaded. An invalid update is
-rejected with the reason and the previous data keeps serving.
+CHECK_CONFIG_DESCRIPTION = """\
+Validate an rtr-serve configuration file the way "rtr-serve --config FILE" would read it:
+TOML syntax, every key and its type, groups and sources, source URLs, timers. Nothing but
+FILE is read and no network connection is made.
+Prints what would run (listen addresses, timers, groups and their sources).
+"""
+
+CHECK_CONFIG_EPILOG = """\
+exit status:
+  0  the file is valid (a summary is printed on standard output)
+  2  the file is invalid; one line on standard error names the file and the bad key by its
+     path, e.g. "rtr.toml: sources[1].group: no group named 'backup'"
+
+examples:
+  rtr-serve check-config /etc/rtr-serve/rtr-serve.toml
+  rtr-serve check-config new.toml && cp new.toml /etc/rtr-serve/rtr-serve.toml \\
+      && systemctl reload rtr-serve
 """
 
 
@@ -133,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="FILE",
         help="TOML configuration file (groups, sources, [server] options); options given on "
-        "the command line override it, and --source replaces its [[sources]]",
+        "the command line override it, and --source replaces its [[sources]]; re-read on "
+        "SIGHUP (default: none)",
     )
     src = p.add_argument_group("sources")
     src.add_argument(
@@ -141,7 +199,8 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="PATH",
-        help="JSON export to serve (plain, .gz, .bz2 or .xz); repeat to merge several",
+        help="JSON export to serve: a file (plain, .gz, .bz2 or .xz), an http(s):// URL or "
+        "an rtr://HOST[:PORT] cache; repeat to merge several (required without --config)",
     )
     src.add_argument(
         "--poll-interval",
@@ -192,22 +251,22 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=3600,
         metavar="S",
-        help="Refresh Interval sent in End of Data, 1..86400 (default 3600)",
+        help="Refresh Interval sent in End of Data, seconds, 1..86400 (default 3600)",
     )
     rtr.add_argument(
         "--retry",
         type=int,
         default=600,
         metavar="S",
-        help="Retry Interval sent in End of Data, 1..7200 (default 600)",
+        help="Retry Interval sent in End of Data, seconds, 1..7200 (default 600)",
     )
     rtr.add_argument(
         "--expire",
         type=int,
         default=7200,
         metavar="S",
-        help="Expire Interval sent in End of Data, 600..172800, above refresh and retry "
-        "(default 7200)",
+        help="Expire Interval sent in End of Data, seconds, 600..172800, above refresh and "
+        "retry (default 7200)",
     )
     rtr.add_argument(
         "--max-version",
@@ -277,7 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--write-timeout",
         type=_positive_float,
         metavar="S",
-        help="drop a router that accepts no data for S seconds (default 3 x retry)",
+        help="drop a router that accepts no data for S seconds (default 3 x --retry)",
     )
     lim.add_argument(
         "--shutdown-notice",
@@ -304,9 +363,16 @@ def build_parser() -> argparse.ArgumentParser:
     run = p.add_argument_group("process")
     run.add_argument(
         "--log-level",
-        choices=["debug", "info", "warning", "error"],
+        choices=LOG_LEVELS,
         default="info",
-        help="log verbosity (default info)",
+        help="log verbosity; debug also shows every HTTP request (default info)",
+    )
+    run.add_argument(
+        "--log-format",
+        choices=LOG_FORMATS,
+        default="text",
+        help="text: one readable line per event; json: one JSON object per line with ts, "
+        "level, logger, msg and the event's fields (default text)",
     )
     run.add_argument(
         "--async-backend",
@@ -431,6 +497,34 @@ def apply_config_file(
     args.file_config = file_config
 
 
+def load_process_config(
+    parser: argparse.ArgumentParser, argv: Sequence[str]
+) -> tuple[argparse.Namespace, ProcessConfig]:
+    """Parse ``argv``, merge its --config file and validate; raises ValueError when invalid.
+
+    Used at start and again for every reload (the command line keeps overriding the file).
+    """
+    args = parser.parse_args(argv)
+    apply_config_file(parser, args, argv)
+    config = config_from_args(args)
+    return args, ProcessConfig(
+        config, LogSettings(args.log_level, args.log_format), args.async_backend
+    )
+
+
+def build_check_config_parser() -> argparse.ArgumentParser:
+    """The argument parser of ``rtr-serve check-config``."""
+    p = _Parser(
+        prog="rtr-serve check-config",
+        allow_abbrev=False,
+        description=CHECK_CONFIG_DESCRIPTION,
+        epilog=CHECK_CONFIG_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("file", type=Path, metavar="FILE", help="the TOML configuration file")
+    return p
+
+
 def check_config(path: Path) -> int:
     """``rtr-serve check-config FILE``: validate without any network activity; 0 when valid."""
     parser = build_parser()
@@ -459,6 +553,7 @@ def check_config(path: Path) -> int:
         f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "
         f"notify interval {config.server.notify_interval:g} s; history {config.history}\n"
     )
+    out.write(f"  logging: level {args.log_level}, format {args.log_format}\n")
     if config.group_sources:
         for group in sorted(config.groups, key=lambda g: g.priority):
             out.write(
@@ -483,10 +578,14 @@ def _persistence_error(exc: BaseException) -> PersistenceError | None:
     return None
 
 
-async def _serve(config: AppConfig) -> None:
+async def _serve(
+    process: ProcessConfig, load: Callable[[], ProcessConfig] | None, origin: str
+) -> None:
     async with anyio.create_task_group() as tg:
         tg.start_soon(_stop_on_signal, tg.cancel_scope)
-        await run_app(config)
+        with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
+            app = await tg.start(run_app, process.app)
+            await Reloader(app, process, load, origin=origin).serve(hangups)
 
 
 async def _stop_on_signal(scope: anyio.CancelScope) -> None:
@@ -503,30 +602,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if argv[:1] == ["gen-cert"]:
         return gen_cert.main(argv[1:])
     if argv[:1] == ["check-config"]:
-        if len(argv) != 2:
-            sys.stderr.write("usage: rtr-serve check-config FILE\n")
-            return 2
-        return check_config(Path(argv[1]))
+        return check_config(build_check_config_parser().parse_args(argv[1:]).file)
     parser = build_parser()
-    args = parser.parse_args(argv)
     try:
-        apply_config_file(parser, args, argv)
-        config = config_from_args(args)
+        args, process = load_process_config(parser, argv)
     except ValueError as exc:
         parser.error(str(exc))
-    logging.basicConfig(
-        level=getattr(logging, args.log_level.upper()),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        stream=sys.stderr,
-    )
+    config = process.app
+    configure(process.logging)
     log.info(
         "rtr-serve %s starting on %s (%s)",
         __version__,
         ", ".join(a.describe() for a in config.server.listen),
         args.async_backend,
     )
+
+    def reload_config() -> ProcessConfig:
+        return load_process_config(parser, argv)[1]
+
+    load = reload_config if args.config is not None else None
+    # Until the event loop listens for it, a SIGHUP (an early `systemctl reload`) would kill
+    # the process: ignore it; `_serve` then handles every SIGHUP.
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
     try:
-        anyio.run(_serve, config, backend=args.async_backend)
+        anyio.run(_serve, process, load, str(args.config), backend=args.async_backend)
     except KeyboardInterrupt:
         pass
     except OSError as exc:

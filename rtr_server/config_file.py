@@ -51,6 +51,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "write_timeout": (int, float),
     "shutdown_notice": str,
     "log_level": str,
+    "log_format": str,
     "async_backend": str,
     "state": str,
     "state_reader": str,

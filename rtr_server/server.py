@@ -285,28 +285,26 @@ class RtrServer:
         )
 
     async def _run_connection(self, connection: RtrConnection, peer_ip: str, via: str = "") -> None:
-        log.info("router %s connected%s", connection.peer, via)
+        started = anyio.current_time()
+        log.info(
+            "router %s connected%s (%d connections)",
+            connection.peer,
+            via,
+            len(self.connections),
+            extra={
+                "event": "session_open",
+                "peer": connection.peer,
+                "connections": len(self.connections),
+                "transport": via.strip() or "tcp",
+            },
+        )
         try:
             await connection.run()
         finally:
             self.connections.discard(connection)
             self._release_ip(peer_ip)
             self.stats.disconnects[connection.close_reason] += 1
-            session = connection.session
-            stats = connection.stats
-            log.info(
-                "router %s closed: %s (version %s, session %s, serial %s, "
-                "%d reset + %d serial queries, %d notifies, %d bytes sent)",
-                connection.peer,
-                connection.close_reason,
-                session.version,
-                session.session_id,
-                session.last_serial,
-                stats.reset_queries,
-                stats.serial_queries,
-                stats.notifies,
-                stats.bytes_sent,
-            )
+            _log_close(connection, anyio.current_time() - started)
 
     async def _notifier(self) -> None:
         last_round = -math.inf
@@ -321,6 +319,43 @@ class RtrServer:
             self.stats.notify_rounds += 1
             for connection in list(self.connections):
                 connection.request_notify()
+
+
+def _log_close(connection: RtrConnection, duration: float) -> None:
+    """The one line per closed session (event ``session_close``)."""
+    session = connection.session
+    stats = connection.stats
+    serial = None if session.last_serial is None else int(session.last_serial.value)
+    log.info(
+        "router %s closed: %s (version %s, session %s, serial %s, %d reset + %d serial queries, "
+        "%d notifies, %d bytes sent, %d bytes received, %.1f s)",
+        connection.peer,
+        connection.close_reason,
+        session.version,
+        session.session_id,
+        serial,
+        stats.reset_queries,
+        stats.serial_queries,
+        stats.notifies,
+        stats.bytes_sent,
+        stats.bytes_received,
+        duration,
+        extra={
+            "event": "session_close",
+            "peer": connection.peer,
+            "reason": connection.close_reason,
+            "version": session.version,
+            "session_id": session.session_id,
+            "serial": serial,
+            "reset_queries": stats.reset_queries,
+            "serial_queries": stats.serial_queries,
+            "notifies": stats.notifies,
+            "errors_sent": {str(code): n for code, n in stats.errors_sent.items()},
+            "bytes_sent": stats.bytes_sent,
+            "bytes_received": stats.bytes_received,
+            "duration_s": round(duration, 3),
+        },
+    )
 
 
 async def _close_quietly(stream: SocketStream) -> None:

@@ -328,7 +328,8 @@ class Client:
 
         Sources whose configuration is unchanged keep running and keep their data; removed
         ones are cancelled and nothing they deliver later is accepted. Watches get a
-        `ResyncRequiredError` (a new epoch starts).
+        `ResyncRequiredError` (a new epoch starts). A configuration whose sources cannot be
+        built raises ValueError and changes nothing.
         """
         if config.revision <= self.config.revision:
             raise ValueError(
@@ -337,8 +338,10 @@ class Client:
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             raise RuntimeError("the client is closing")
         previous = self._aggregator
-        self.config = config
+        # Build first: a source that cannot be made (e.g. an unreadable CA file) raises here,
+        # before anything changed, so a refused configuration leaves the client as it was.
         self._build_aggregator(config, previous=previous)
+        self.config = config
         self.epoch += 1
         for watch in list(self._watches):
             watch.fail(ResyncRequiredError(f"configuration revision {config.revision} applied"))
