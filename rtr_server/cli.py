@@ -541,6 +541,10 @@ def check_config(path: Path) -> int:
     out = sys.stdout
     out.write(f"{path}: valid\n")
     out.write(f"  listen: {', '.join(a.describe() for a in config.server.listen)}\n")
+    if config.state is not None:
+        out.write(f"  state: {config.state} (persisted; recovered at start)\n")
+    if config.state_reader is not None:
+        out.write(f"  state reader: {config.state_reader} (read-only follower)\n")
     tls = config.server.tls
     if tls is not None:
         out.write(

@@ -40,6 +40,10 @@ BAD_ARGUMENTS = {
     "max-version-3": (["--max-version", "3"], "max-version"),
     "refresh-not-a-number": (["--refresh", "soon"], "refresh"),
     "listen-port-too-big": (["--listen", "127.0.0.1:65536"], "65536"),
+    "state-unknown-backend": (["--state", "mysql:/tmp/x"], "sqlite:PATH or duckdb:PATH"),
+    "state-no-path": (["--state", "sqlite:"], "sqlite:PATH"),
+    "state-reader-duckdb": (["--state-reader", "duckdb:/tmp/x"], "state-reader"),
+    "state-reader-with-source": (["--state-reader", "sqlite:/tmp/x"], "no sources"),
 }
 
 

@@ -164,3 +164,16 @@ def test_check_config_valid_and_invalid(tmp_path: Path) -> None:
     done = run_check(tmp_path / "missing.toml")
     assert done.returncode == 2
     assert "cannot read" in done.stderr
+
+
+def test_state_keys_in_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text(GOOD.replace("refresh = 900", 'refresh = 900\nstate = "sqlite:/var/lib/x.db"'))
+    done = run_check(path)
+    assert done.returncode == 0, done.stderr
+    assert "state: sqlite:/var/lib/x.db (persisted; recovered at start)" in done.stdout
+    path.write_text(GOOD.replace("refresh = 900", 'refresh = 900\nstate = "postgres:/x"'))
+    done = run_check(path)
+    assert done.returncode == 2
+    assert "server.state" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
