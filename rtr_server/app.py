@@ -15,7 +15,11 @@ from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
+from prometheus_client.registry import CollectorRegistry
 
+from rtr_server.http.api import HttpApi
+from rtr_server.http.settings import HttpSettings
+from rtr_server.publish_log import PublishLog
 from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState, Publisher, SessionIds
@@ -45,6 +49,8 @@ class AppConfig:
     #: Evaluate ``expires`` at this fixed Unix time instead of the wall clock.
     reference_time: float | None = None
     max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
+    #: The HTTP listener (metrics, status, dashboard, queries); None: off.
+    http: HttpSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.sources and not self.group_sources:
@@ -86,6 +92,11 @@ class App:
         )
         self.client = Client(config.client_config(), clock=clock)
         self.published = 0
+        #: The most recent publishes (for /status and the dashboard).
+        self.publishes = PublishLog()
+        #: Prometheus collectors of this app (served on /metrics); never the global registry.
+        self.registry = CollectorRegistry()
+        self.http = None if config.http is None else HttpApi(self, config.http, self.registry)
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -105,6 +116,9 @@ class App:
             return
         self.server.publish(state)
         self.published += 1
+        self.publishes.record(
+            state, wall=self.clock.wall(), duration=self.clock.monotonic() - started
+        )
         counts = ", ".join(f"{k}={v}" for k, v in snapshot.counts().items())
         if state.last_delta is None:
             log.info(
@@ -141,6 +155,8 @@ class App:
         """Serve until cancelled."""
         async with self.client, anyio.create_task_group() as tg:
             await tg.start(self.server.serve)
+            if self.http is not None:
+                await tg.start(self.http.serve)
             await tg.start(self.client.run)
             task_status.started(self)
             await self._follow()

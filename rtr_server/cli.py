@@ -21,6 +21,7 @@ import anyio
 from rtr_server import __version__
 from rtr_server.app import AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
+from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings, parse_http_address
 from rtr_server.protocol import MAX_VERSION, Timers
 from rtr_server.settings import ServerSettings, ShutdownNotice, parse_listen
 
@@ -216,6 +217,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="what v2 routers are told on SIGTERM: restart = Error 12 Cache Restart (keep "
         "data), shutdown = Error 13 Cache Shutdown (flush) (default restart)",
     )
+    web = p.add_argument_group("HTTP API and metrics")
+    web.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve /metrics, /status, /healthz, /json, the query API and the dashboard on "
+        "this address, e.g. 127.0.0.1:8080 (loopback; the host must be given; default off)",
+    )
+    web.add_argument(
+        "--metrics-router-lag",
+        action="store_true",
+        help="export rtr_router_serial_lag, one series per connected router (needs --http)",
+    )
+    web.add_argument(
+        "--health-stale-after",
+        type=_positive_float,
+        default=DEFAULT_STALE_AFTER,
+        metavar="S",
+        help="/healthz fails when no source is ok and the newest successful load is older "
+        f"than S seconds (default {DEFAULT_STALE_AFTER:g})",
+    )
     run = p.add_argument_group("process")
     run.add_argument(
         "--log-level",
@@ -252,6 +273,15 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         write_timeout=args.write_timeout,
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
     )
+    http = None
+    if args.http is not None:
+        http = HttpSettings(
+            parse_http_address(args.http),
+            router_lag=args.metrics_router_lag,
+            stale_after=args.health_stale_after,
+        )
+    elif args.metrics_router_lag:
+        raise ValueError("--metrics-router-lag needs --http")
     file_config: FileConfig | None = getattr(args, "file_config", None)
     use_file_sources = file_config is not None and not args.source
     return AppConfig(
@@ -263,6 +293,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         history=args.history,
         reference_time=args.reference_time,
         max_aspa_providers=args.max_aspa_providers,
+        http=http,
     )
 
 
@@ -318,6 +349,8 @@ def check_config(path: Path) -> int:
     out = sys.stdout
     out.write(f"{path}: valid\n")
     out.write(f"  listen: {', '.join(str(a) for a in config.server.listen)}\n")
+    if config.http is not None:
+        out.write(f"  http: {config.http.listen}\n")
     t = config.server.timers
     out.write(
         f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "

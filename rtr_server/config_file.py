@@ -46,6 +46,9 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "shutdown_notice": str,
     "log_level": str,
     "async_backend": str,
+    "http": str,
+    "metrics_router_lag": bool,
+    "health_stale_after": (int, float),
 }
 GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -100,7 +103,7 @@ def _check_table(
         expected = keys.get(key)
         if expected is None:
             raise ConfigError(f"{path}.{key}: unknown key (known: {', '.join(sorted(keys))})")
-        if isinstance(value, bool) or not isinstance(value, expected):
+        if (isinstance(value, bool) and expected is not bool) or not isinstance(value, expected):
             names = expected if isinstance(expected, tuple) else (expected,)
             wanted = " or ".join(t.__name__ for t in names)
             raise ConfigError(f"{path}.{key}: must be {wanted}, got {value!r}")

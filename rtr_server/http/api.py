@@ -1,0 +1,480 @@
+"""`HttpApi`: the routes of the HTTP listener over a running `App`.
+
+=====================================  =====================================================
+``GET /``                              the dashboard (HTML, self-contained)
+``GET /status``                        JSON: health, snapshot, groups, sources, sessions,
+                                       recent publishes, persistence
+``GET /healthz``                       200 while fresh data is served, else 503; JSON with
+                                       the reason (`rtr_server.http.observe.health`)
+``GET /metrics``                       Prometheus text exposition
+``GET /json``                          the served set as rpki-client JSON; ETag
+                                       ``"<session>-<serial>"``, If-None-Match → 304, gzip
+``GET /api/v1/validity/AS{asn}/{p}``   RFC 6811 origin validation of prefix ``p``
+``GET /api/v1/validity?asn=&prefix=``  the same with query parameters
+``GET /api/v1/aspa?path=...``          ASPA AS_PATH verification (``direction``, ``neighbor``)
+=====================================  =====================================================
+
+HEAD is answered like GET without the body. Queries run on the served snapshot; work that can
+take long on a large table (the /json encoding, the first validity query building its index)
+runs in worker threads, at most `WORKER_THREADS` at once.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import logging
+import re
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskStatus
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client.registry import CollectorRegistry
+
+from rtr_server import __version__
+from rtr_server.http import observe
+from rtr_server.http.dashboard import DASHBOARD_CSP, dashboard_html
+from rtr_server.http.export import ExportCache, iso_time
+from rtr_server.http.metrics import Families, FunctionCollector, NonEmpty, register_collectors
+from rtr_server.http.server import HttpServer
+from rtr_server.http.settings import HttpSettings
+from rtr_server.http.wire import Request, Response
+from snapshot.model import PayloadError, Vrp, check_asn
+from snapshot.queries import (
+    Direction,
+    OriginState,
+    OriginValidation,
+    PathElement,
+    hop_check,
+    ramp_bounds,
+    validate_origin,
+    verify_as_path,
+)
+
+if TYPE_CHECKING:
+    from rtr_server.app import App
+    from snapshot.publisher import PublishedState
+
+log = logging.getLogger(__name__)
+
+#: Worker threads the HTTP side may use at once (export encoding, index builds).
+WORKER_THREADS = 2
+#: Routers listed in /status (counts stay exact beyond it).
+MAX_LISTED_ROUTERS = 1000
+#: Elements accepted in an AS path query.
+MAX_PATH_LENGTH = 512
+JSON_TYPE = "application/json"
+NO_STORE = ("Cache-Control", "no-store")
+
+_ASN = re.compile(r"(?:AS)?([0-9]{1,10})", re.IGNORECASE)
+VALIDITY_PREFIX = "/api/v1/validity/"
+
+Route = Callable[[Request], Awaitable[Response]]
+
+
+def json_response(status: int, document: object) -> Response:
+    """``document`` as indented JSON, not to be cached."""
+    body = json.dumps(document, indent=2).encode() + b"\n"
+    return Response(status, body, JSON_TYPE, (NO_STORE,))
+
+
+def error_document(status: int, message: str) -> Response:
+    """A JSON error response."""
+    return json_response(status, {"error": message})
+
+
+def parse_asn(text: str, name: str = "asn") -> int:
+    """``AS64496``, ``as64496`` or ``64496`` as an integer; raises ValueError naming ``name``."""
+    match = _ASN.fullmatch(text.strip())
+    if match is None:
+        raise ValueError(f"{name}: {text!r} is not an AS number")
+    return check_asn(int(match.group(1)), name)
+
+
+def parse_path(text: str) -> list[PathElement]:
+    """An AS path as received, neighbour first: ``AS3,AS2,AS1`` with AS_SETs as ``{AS4 AS5}``.
+
+    Elements are separated by commas; members of a set by spaces, semicolons or commas.
+    """
+    elements: list[PathElement] = []
+    rest = text.strip()
+    while rest:
+        if rest.startswith("{"):
+            end = rest.find("}")
+            if end < 0:
+                raise ValueError("path: an AS_SET '{' is not closed")
+            members = [m for m in re.split(r"[\s;,]+", rest[1:end]) if m]
+            if not members:
+                raise ValueError("path: empty AS_SET")
+            elements.append(frozenset(parse_asn(m, "path") for m in members))
+            rest = rest[end + 1 :].lstrip()
+            if rest and not rest.startswith(","):
+                raise ValueError("path: expected ',' after an AS_SET")
+            rest = rest[1:].lstrip()
+        else:
+            element, _, rest = rest.partition(",")
+            elements.append(parse_asn(element, "path"))
+            rest = rest.lstrip()
+        if len(elements) > MAX_PATH_LENGTH:
+            raise ValueError(f"path: more than {MAX_PATH_LENGTH} elements")
+    return elements
+
+
+def _asn_text(asn: int) -> str:
+    return f"AS{asn}"
+
+
+def _vrp_document(vrp: Vrp) -> dict[str, Any]:
+    return {"asn": _asn_text(vrp.asn), "prefix": str(vrp.prefix), "max_length": vrp.max_length}
+
+
+_DESCRIPTIONS = {
+    OriginState.VALID: "At least one VRP matches the route prefix and origin AS",
+    OriginState.NOT_FOUND: "No VRP covers the route prefix",
+}
+
+
+def validity_document(result: OriginValidation) -> dict[str, Any]:
+    """The Routinator-style ``validity`` object of one route."""
+    validity: dict[str, Any] = {"state": result.state.value}
+    if result.state is OriginState.INVALID:
+        if result.unmatched_length:
+            validity["reason"] = "length"
+            validity["description"] = (
+                "At least one VRP covers the route prefix and has its origin AS, but the "
+                "route is more specific than that VRP's max length allows"
+            )
+        else:
+            validity["reason"] = "as"
+            validity["description"] = (
+                "At least one VRP covers the route prefix, but no VRP has the route's origin AS"
+            )
+    else:
+        validity["description"] = _DESCRIPTIONS[result.state]
+    validity["VRPs"] = {
+        "matched": [_vrp_document(v) for v in result.matched],
+        "unmatched_as": [_vrp_document(v) for v in result.unmatched_as],
+        "unmatched_length": [_vrp_document(v) for v in result.unmatched_length],
+    }
+    origin = None if result.origin_asn is None else _asn_text(result.origin_asn)
+    return {"route": {"origin_asn": origin, "prefix": str(result.prefix)}, "validity": validity}
+
+
+def _accepts_gzip(header: str | None) -> bool:
+    for part in (header or "").split(","):
+        coding, _, params = part.strip().partition(";")
+        if coding.strip().lower() not in ("gzip", "x-gzip"):
+            continue
+        q = params.strip().lower().removeprefix("q=")
+        try:
+            return not params.strip() or float(q) > 0
+        except ValueError:
+            return False
+    return False
+
+
+def _etag_matches(header: str | None, etag: str) -> bool:
+    """Weak comparison of If-None-Match against ``etag`` (any representation's tag)."""
+    if header is None:
+        return False
+    bare = etag.replace('+gzip"', '"')
+    for listed in header.split(","):
+        tag = listed.strip().removeprefix("W/")
+        if tag == "*" or tag.replace('+gzip"', '"') == bare:
+            return True
+    return False
+
+
+class HttpApi:
+    """Routes requests to the app's views; owns the `HttpServer`."""
+
+    def __init__(self, app: App, settings: HttpSettings, registry: CollectorRegistry) -> None:
+        """Register the metric collectors on ``registry``; nothing is bound until `serve`."""
+        self.app = app
+        self.settings = settings
+        self.registry = registry
+        self.limiter = anyio.CapacityLimiter(WORKER_THREADS)
+        self.exports = ExportCache(self.limiter)
+        self.requests: Counter[tuple[str, int]] = Counter()
+        self.server = HttpServer(settings, self.handle)
+        self._routes: dict[str, Route] = {
+            "/": self.dashboard,
+            "/status": self.status,
+            "/healthz": self.healthz,
+            "/metrics": self.metrics,
+            "/json": self.export,
+            "/api/v1/validity": self.validity,
+            "/api/v1/aspa": self.aspa,
+        }
+        register_collectors(
+            registry, app, router_lag=settings.router_lag, stale_after=settings.stale_after
+        )
+        registry.register(NonEmpty(FunctionCollector(self._http_families)))
+
+    async def serve(
+        self, *, task_status: TaskStatus[list[tuple[str, int]]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Serve until cancelled; reports the bound addresses."""
+        await self.server.serve(task_status=task_status)
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """The bound (host, port) pairs."""
+        return self.server.addresses
+
+    async def handle(self, request: Request) -> Response:
+        """Answer one request."""
+        path = request.path
+        route: Route
+        if path.startswith(VALIDITY_PREFIX):
+            endpoint, route = "/api/v1/validity", self.validity
+        elif path in self._routes:
+            endpoint, route = path, self._routes[path]
+        else:
+            endpoint, route = "other", self.not_found
+        response = await route(request)
+        self.requests[(endpoint, response.status)] += 1
+        return response
+
+    # ------------------------------------------------------------------ pages
+
+    async def not_found(self, request: Request) -> Response:
+        """404 with the list of endpoints."""
+        return error_document(
+            404, f"no such endpoint: {request.path} (see / for the dashboard, /status, ...)"
+        )
+
+    async def dashboard(self, _request: Request) -> Response:
+        """The self-refreshing HTML dashboard."""
+        headers = (NO_STORE, ("Content-Security-Policy", DASHBOARD_CSP))
+        return Response(200, dashboard_html(), "text/html; charset=utf-8", headers)
+
+    async def status(self, _request: Request) -> Response:
+        """The /status document."""
+        return json_response(200, self.status_document())
+
+    async def healthz(self, _request: Request) -> Response:
+        """200 while fresh data is served, 503 with the reason otherwise."""
+        verdict = observe.health(self.app, self.app.clock.wall(), self.settings.stale_after)
+        return json_response(200 if verdict.healthy else 503, asdict(verdict))
+
+    async def metrics(self, _request: Request) -> Response:
+        """Prometheus text exposition of the registry."""
+        return Response(200, generate_latest(self.registry), CONTENT_TYPE_LATEST, (NO_STORE,))
+
+    async def export(self, request: Request) -> Response:
+        """The served set as rpki-client JSON, with ETag and conditional GET."""
+        state = self.app.state
+        if state is None:
+            return error_document(503, "no data yet")
+        gzip = _accepts_gzip(request.header("accept-encoding"))
+        headers: list[tuple[str, str]] = [
+            ("Cache-Control", "no-cache"),
+            ("Vary", "Accept-Encoding"),
+        ]
+        etag = ExportCache.etag(state)
+        if _etag_matches(request.header("if-none-match"), etag):
+            headers.append(("ETag", etag[:-1] + '+gzip"' if gzip else etag))
+            return Response(304, b"", JSON_TYPE, tuple(headers))
+        entry = await self.exports.get(state, buildtime=self._published_wall(state), gzip=gzip)
+        headers.append(("ETag", entry.etag))
+        if gzip:
+            headers.append(("Content-Encoding", "gzip"))
+        return Response(200, entry.body, JSON_TYPE, tuple(headers))
+
+    def _published_wall(self, state: PublishedState) -> float:
+        last = self.app.publishes.last
+        if last is not None and last.serial == state.serial.value:
+            return last.wall
+        return self.app.clock.wall()
+
+    # ------------------------------------------------------------------ queries
+
+    async def validity(self, request: Request) -> Response:
+        """RFC 6811 origin validation against the served VRPs."""
+        if request.path.startswith(VALIDITY_PREFIX):
+            asn_text, _, prefix = request.path[len(VALIDITY_PREFIX) :].partition("/")
+        else:
+            asn_text = request.query.get("asn", "")
+            prefix = request.query.get("prefix", "")
+        state = self.app.state
+        if state is None:
+            return error_document(503, "no data yet")
+        if not prefix:
+            return error_document(
+                400, "prefix: missing (e.g. /api/v1/validity/AS64496/192.0.2.0/24)"
+            )
+        try:
+            asn = parse_asn(asn_text)
+            result = await anyio.to_thread.run_sync(
+                validate_origin, state.snapshot, prefix, asn, limiter=self.limiter
+            )
+        except ValueError as exc:
+            return error_document(400, str(exc))
+        return json_response(
+            200,
+            {
+                "validated_route": validity_document(result),
+                "serial": state.serial.value,
+                "generatedTime": iso_time(self.app.clock.wall()),
+            },
+        )
+
+    async def aspa(self, request: Request) -> Response:
+        """ASPA AS_PATH verification against the served ASPAs."""
+        state = self.app.state
+        if state is None:
+            return error_document(503, "no data yet")
+        query = request.query
+        try:
+            path = parse_path(query.get("path", ""))
+            direction_text = query.get("direction", "upstream").lower()
+            try:
+                direction = Direction(direction_text)
+            except ValueError:
+                raise ValueError("direction: must be upstream or downstream") from None
+            neighbor = query.get("neighbor")
+            neighbor_as = parse_asn(neighbor, "neighbor") if neighbor else None
+        except (ValueError, PayloadError) as exc:
+            return error_document(400, str(exc))
+        snapshot = state.snapshot
+        result = verify_as_path(snapshot, path, direction, neighbor_as=neighbor_as)
+        document: dict[str, Any] = {
+            "path": [
+                _asn_text(e) if isinstance(e, int) else sorted(_asn_text(a) for a in e)
+                for e in path
+            ],
+            "direction": direction.value,
+            "neighbor_as": None if neighbor_as is None else _asn_text(neighbor_as),
+            "state": result.value,
+            "serial": state.serial.value,
+        }
+        plain = [e for e in path if isinstance(e, int)]
+        if plain and len(plain) == len(path):
+            bounds = ramp_bounds(snapshot, plain)
+            document["ramps"] = asdict(bounds)
+            collapsed = [a for i, a in enumerate(plain) if i == 0 or plain[i - 1] != a]
+            origin_first = collapsed[::-1]
+            document["hops"] = [
+                {
+                    "customer": _asn_text(c),
+                    "provider": _asn_text(p),
+                    "up": hop_check(snapshot, c, p).value,
+                    "down": hop_check(snapshot, p, c).value,
+                }
+                for c, p in itertools.pairwise(origin_first)
+            ]
+        return json_response(200, document)
+
+    # ------------------------------------------------------------------ /status
+
+    def status_document(self) -> dict[str, Any]:
+        """Health, snapshot, groups, sources, sessions, publishes and persistence."""
+        app = self.app
+        now = app.clock.wall()
+
+        def when(wall: float | None) -> str | None:
+            return None if wall is None else iso_time(wall)
+
+        def age(wall: float | None) -> float | None:
+            return None if wall is None else round(now - wall, 3)
+
+        snap = observe.snapshot(app)
+        snapshot_doc: dict[str, Any] | None = None
+        if snap is not None:
+            snapshot_doc = {
+                "serial": snap.serial,
+                "session_ids": snap.session_ids,
+                "counts": snap.counts,
+                "published": when(snap.published_wall),
+                "age_seconds": age(snap.published_wall),
+                "next_expiry": when(snap.next_expiry_wall),
+                "seconds_to_next_expiry": (
+                    None if snap.next_expiry_wall is None else round(snap.next_expiry_wall - now, 3)
+                ),
+                "publishes": snap.publishes,
+            }
+        sessions = observe.sessions(app)
+        routers = [asdict(r) for r in sessions.routers[:MAX_LISTED_ROUTERS]]
+        persistence = observe.persistence(app)
+        persistence_doc: dict[str, Any] | None = None
+        if persistence is not None:
+            persistence_doc = asdict(persistence)
+            persistence_doc["last_commit"] = when(persistence.last_commit_wall)
+        return {
+            "version": __version__,
+            "generated": iso_time(now),
+            "health": asdict(observe.health(app, now, self.settings.stale_after)),
+            "snapshot": snapshot_doc,
+            "active": observe.active_groups(app),
+            "groups": [asdict(g) for g in observe.groups(app)],
+            "sources": [
+                {
+                    **asdict(s),
+                    "last_success": when(s.last_success_wall),
+                    "last_success_age_seconds": age(s.last_success_wall),
+                    "last_error_at": when(s.last_error_wall),
+                }
+                for s in observe.sources(app)
+            ],
+            "sessions": {
+                "connected": len(sessions.routers),
+                "by_version": sessions.by_version,
+                "routers": routers,
+                "accepted": sessions.accepted,
+                "rejected": sessions.rejected,
+                "reset_queries": sessions.reset_queries,
+                "serial_queries": sessions.serial_queries,
+                "cache_resets": sessions.cache_resets,
+                "notifies": sessions.notifies,
+                "bytes_sent": sessions.bytes_sent,
+                "errors_sent": {str(k): v for k, v in sorted(sessions.errors_sent.items())},
+                "disconnects": sessions.disconnects,
+            },
+            "publishes": [
+                {
+                    "serial": p.serial,
+                    "time": iso_time(p.wall),
+                    "duration_seconds": round(p.duration, 3),
+                    "counts": p.counts,
+                    "delta": p.delta,
+                    "delta_size": p.delta_size,
+                }
+                for p in reversed(list(app.publishes))
+            ],
+            "persistence": persistence_doc,
+        }
+
+    # ------------------------------------------------------------------ own metrics
+
+    def _http_families(self) -> Families:
+        requests = CounterMetricFamily(
+            "rtr_http_requests_total",
+            "HTTP requests by endpoint and status",
+            labels=["endpoint", "code"],
+        )
+        for (endpoint, status), count in sorted(self.requests.items()):
+            requests.add_metric([endpoint, str(status)], count)
+        for status, count in sorted(self.server.stats.refused.items()):
+            requests.add_metric(["invalid", str(status)], count)
+        connections = CounterMetricFamily("rtr_http_connections_total", "HTTP connections served")
+        connections.add_metric([], self.server.stats.connections)
+        rejected = CounterMetricFamily(
+            "rtr_http_rejected_connections_total", "HTTP connections refused (limit reached)"
+        )
+        rejected.add_metric([], self.server.stats.rejected_connections)
+        export_bytes = GaugeMetricFamily(
+            "rtr_json_export_bytes", "Size of the cached /json export", labels=["encoding"]
+        )
+        export_seconds = GaugeMetricFamily(
+            "rtr_json_export_seconds", "Time to encode the cached /json export", labels=["encoding"]
+        )
+        for encoding, entry in sorted(self.exports.cached.items()):
+            export_bytes.add_metric([encoding], len(entry.body))
+            export_seconds.add_metric([encoding], entry.seconds)
+        return (requests, connections, rejected, export_bytes, export_seconds)
