@@ -39,12 +39,12 @@ from prometheus_client.registry import CollectorRegistry
 from rtr_server import __version__
 from rtr_server.http import observe
 from rtr_server.http.dashboard import DASHBOARD_CSP, dashboard_html
-from rtr_server.http.export import ExportCache, iso_time
+from rtr_server.http.export import ExportCache, gzip_etag, iso_time
 from rtr_server.http.metrics import Families, FunctionCollector, NonEmpty, register_collectors
 from rtr_server.http.server import HttpServer
 from rtr_server.http.settings import HttpSettings
 from rtr_server.http.wire import Request, Response
-from snapshot.model import PayloadError, Vrp, check_asn
+from snapshot.model import Vrp, check_asn
 from snapshot.queries import (
     Direction,
     OriginState,
@@ -125,6 +125,19 @@ def parse_path(text: str) -> list[PathElement]:
     return elements
 
 
+def aspa_parameters(query: dict[str, str]) -> tuple[list[PathElement], Direction, int | None]:
+    """``path``, ``direction`` (default upstream) and ``neighbor`` of an ASPA query."""
+    path = parse_path(query.get("path", ""))
+    if not path:
+        raise ValueError("path: missing (e.g. ?path=AS64502,AS64501,AS64500)")
+    try:
+        direction = Direction(query.get("direction", "upstream").lower())
+    except ValueError:
+        raise ValueError("direction: must be upstream or downstream") from None
+    neighbor = query.get("neighbor")
+    return path, direction, parse_asn(neighbor, "neighbor") if neighbor else None
+
+
 def _asn_text(asn: int) -> str:
     return f"AS{asn}"
 
@@ -179,15 +192,11 @@ def _accepts_gzip(header: str | None) -> bool:
 
 
 def _etag_matches(header: str | None, etag: str) -> bool:
-    """Weak comparison of If-None-Match against ``etag`` (any representation's tag)."""
+    """Weak comparison of If-None-Match against ``etag`` (RFC 9110 §13.1.2)."""
     if header is None:
         return False
-    bare = etag.replace('+gzip"', '"')
-    for listed in header.split(","):
-        tag = listed.strip().removeprefix("W/")
-        if tag == "*" or tag.replace('+gzip"', '"') == bare:
-            return True
-    return False
+    bare = etag.removeprefix("W/")
+    return any(t.strip().removeprefix("W/") in ("*", bare) for t in header.split(","))
 
 
 class HttpApi:
@@ -279,7 +288,7 @@ class HttpApi:
         ]
         etag = ExportCache.etag(state)
         if _etag_matches(request.header("if-none-match"), etag):
-            headers.append(("ETag", etag[:-1] + '+gzip"' if gzip else etag))
+            headers.append(("ETag", gzip_etag(etag) if gzip else etag))
             return Response(304, b"", JSON_TYPE, tuple(headers))
         entry = await self.exports.get(state, buildtime=self._published_wall(state), gzip=gzip)
         headers.append(("ETag", entry.etag))
@@ -330,17 +339,9 @@ class HttpApi:
         state = self.app.state
         if state is None:
             return error_document(503, "no data yet")
-        query = request.query
         try:
-            path = parse_path(query.get("path", ""))
-            direction_text = query.get("direction", "upstream").lower()
-            try:
-                direction = Direction(direction_text)
-            except ValueError:
-                raise ValueError("direction: must be upstream or downstream") from None
-            neighbor = query.get("neighbor")
-            neighbor_as = parse_asn(neighbor, "neighbor") if neighbor else None
-        except (ValueError, PayloadError) as exc:
+            path, direction, neighbor_as = aspa_parameters(request.query)
+        except ValueError as exc:
             return error_document(400, str(exc))
         snapshot = state.snapshot
         result = verify_as_path(snapshot, path, direction, neighbor_as=neighbor_as)

@@ -103,6 +103,11 @@ def encode_export(state: PublishedState, *, buildtime: float) -> bytes:
     return "".join(parts).encode("ascii")
 
 
+def gzip_etag(etag: str) -> str:
+    """The gzip representation's tag: the same value, weak (RFC 9110 §8.8.3.3)."""
+    return "W/" + etag
+
+
 @dataclass(frozen=True, slots=True)
 class EncodedExport:
     """One serial's export, with its entity tag and how long it took to make."""
@@ -171,5 +176,5 @@ def _encode(
         started = time.perf_counter()
         compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
         body = compressor.compress(plain.body) + compressor.flush()
-        made[True] = EncodedExport(plain.etag[:-1] + '+gzip"', body, time.perf_counter() - started)
+        made[True] = EncodedExport(gzip_etag(plain.etag), body, time.perf_counter() - started)
     return made

@@ -153,6 +153,10 @@ class HttpServer:
                 if buffered.buffer:
                     await self._refuse_request(stream, HttpError(408, "request timeout"))
                 return
+            if len(head) + len(_END_OF_HEAD) > settings.max_request_bytes:
+                # receive_until checks its limit only before each read; one read may overshoot.
+                await self._refuse_request(stream, HttpError(431, "request head too large"))
+                return
             try:
                 request = parse_request_head(head + _END_OF_HEAD)
             except HttpError as exc:
