@@ -248,6 +248,7 @@ class HttpApi:
             endpoint, route = "other", self.not_found
         response = await route(request)
         self.requests[(endpoint, response.status)] += 1
+        log.debug("HTTP %s %s -> %d", request.method, request.target, response.status)
         return response
 
     # ------------------------------------------------------------------ pages

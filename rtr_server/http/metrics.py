@@ -300,8 +300,8 @@ class NonEmpty:
 def register_collectors(
     registry: CollectorRegistry, app: App, *, router_lag: bool, stale_after: float
 ) -> None:
-    """Register the source, snapshot, session and persistence collectors for ``app``."""
-    registry.register(NonEmpty(SourceCollector(app)))
+    """Register the snapshot, session, source and persistence collectors for ``app``."""
     registry.register(NonEmpty(SnapshotCollector(app, stale_after)))
     registry.register(NonEmpty(SessionCollector(app, router_lag=router_lag)))
+    registry.register(NonEmpty(SourceCollector(app)))
     registry.register(NonEmpty(PersistenceCollector(app)))
