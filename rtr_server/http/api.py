@@ -21,14 +21,12 @@ runs in worker threads, at most `WORKER_THREADS` at once.
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
-import re
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
@@ -36,25 +34,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.registry import CollectorRegistry
 
-from rtr_server import __version__
 from rtr_server.http import observe
 from rtr_server.http.dashboard import DASHBOARD_CSP, dashboard_html
 from rtr_server.http.export import ExportCache, gzip_etag, iso_time
 from rtr_server.http.metrics import Families, FunctionCollector, NonEmpty, register_collectors
+from rtr_server.http.queries import aspa_document, aspa_parameters, parse_asn, validity_document
 from rtr_server.http.server import HttpServer
 from rtr_server.http.settings import HttpSettings
+from rtr_server.http.status import status_document
 from rtr_server.http.wire import Request, Response
-from snapshot.model import Vrp, check_asn
-from snapshot.queries import (
-    Direction,
-    OriginState,
-    OriginValidation,
-    PathElement,
-    hop_check,
-    ramp_bounds,
-    validate_origin,
-    verify_as_path,
-)
+from snapshot.queries import validate_origin
 
 if TYPE_CHECKING:
     from rtr_server.app import App
@@ -64,14 +53,9 @@ log = logging.getLogger(__name__)
 
 #: Worker threads the HTTP side may use at once (export encoding, index builds).
 WORKER_THREADS = 2
-#: Routers listed in /status (counts stay exact beyond it).
-MAX_LISTED_ROUTERS = 1000
-#: Elements accepted in an AS path query.
-MAX_PATH_LENGTH = 512
 JSON_TYPE = "application/json"
 NO_STORE = ("Cache-Control", "no-store")
 
-_ASN = re.compile(r"(?:AS)?([0-9]{1,10})", re.IGNORECASE)
 VALIDITY_PREFIX = "/api/v1/validity/"
 
 Route = Callable[[Request], Awaitable[Response]]
@@ -86,96 +70,6 @@ def json_response(status: int, document: object) -> Response:
 def error_document(status: int, message: str) -> Response:
     """A JSON error response."""
     return json_response(status, {"error": message})
-
-
-def parse_asn(text: str, name: str = "asn") -> int:
-    """``AS64496``, ``as64496`` or ``64496`` as an integer; raises ValueError naming ``name``."""
-    match = _ASN.fullmatch(text.strip())
-    if match is None:
-        raise ValueError(f"{name}: {text!r} is not an AS number")
-    return check_asn(int(match.group(1)), name)
-
-
-def parse_path(text: str) -> list[PathElement]:
-    """An AS path as received, neighbour first: ``AS3,AS2,AS1`` with AS_SETs as ``{AS4 AS5}``.
-
-    Elements are separated by commas; members of a set by spaces, semicolons or commas.
-    """
-    elements: list[PathElement] = []
-    rest = text.strip()
-    while rest:
-        if rest.startswith("{"):
-            end = rest.find("}")
-            if end < 0:
-                raise ValueError("path: an AS_SET '{' is not closed")
-            members = [m for m in re.split(r"[\s;,]+", rest[1:end]) if m]
-            if not members:
-                raise ValueError("path: empty AS_SET")
-            elements.append(frozenset(parse_asn(m, "path") for m in members))
-            rest = rest[end + 1 :].lstrip()
-            if rest and not rest.startswith(","):
-                raise ValueError("path: expected ',' after an AS_SET")
-            rest = rest[1:].lstrip()
-        else:
-            element, _, rest = rest.partition(",")
-            elements.append(parse_asn(element, "path"))
-            rest = rest.lstrip()
-        if len(elements) > MAX_PATH_LENGTH:
-            raise ValueError(f"path: more than {MAX_PATH_LENGTH} elements")
-    return elements
-
-
-def aspa_parameters(query: dict[str, str]) -> tuple[list[PathElement], Direction, int | None]:
-    """``path``, ``direction`` (default upstream) and ``neighbor`` of an ASPA query."""
-    path = parse_path(query.get("path", ""))
-    if not path:
-        raise ValueError("path: missing (e.g. ?path=AS64502,AS64501,AS64500)")
-    try:
-        direction = Direction(query.get("direction", "upstream").lower())
-    except ValueError:
-        raise ValueError("direction: must be upstream or downstream") from None
-    neighbor = query.get("neighbor")
-    return path, direction, parse_asn(neighbor, "neighbor") if neighbor else None
-
-
-def _asn_text(asn: int) -> str:
-    return f"AS{asn}"
-
-
-def _vrp_document(vrp: Vrp) -> dict[str, Any]:
-    return {"asn": _asn_text(vrp.asn), "prefix": str(vrp.prefix), "max_length": vrp.max_length}
-
-
-_DESCRIPTIONS = {
-    OriginState.VALID: "At least one VRP matches the route prefix and origin AS",
-    OriginState.NOT_FOUND: "No VRP covers the route prefix",
-}
-
-
-def validity_document(result: OriginValidation) -> dict[str, Any]:
-    """The Routinator-style ``validity`` object of one route."""
-    validity: dict[str, Any] = {"state": result.state.value}
-    if result.state is OriginState.INVALID:
-        if result.unmatched_length:
-            validity["reason"] = "length"
-            validity["description"] = (
-                "At least one VRP covers the route prefix and has its origin AS, but the "
-                "route is more specific than that VRP's max length allows"
-            )
-        else:
-            validity["reason"] = "as"
-            validity["description"] = (
-                "At least one VRP covers the route prefix, but no VRP has the route's origin AS"
-            )
-    else:
-        validity["description"] = _DESCRIPTIONS[result.state]
-    validity["VRPs"] = {
-        "matched": [_vrp_document(v) for v in result.matched],
-        "unmatched_as": [_vrp_document(v) for v in result.unmatched_as],
-        "unmatched_length": [_vrp_document(v) for v in result.unmatched_length],
-    }
-    origin = None if result.origin_asn is None else _asn_text(result.origin_asn)
-    return {"route": {"origin_asn": origin, "prefix": str(result.prefix)}, "validity": validity}
 
 
 def _accepts_gzip(header: str | None) -> bool:
@@ -266,7 +160,7 @@ class HttpApi:
 
     async def status(self, _request: Request) -> Response:
         """The /status document."""
-        return json_response(200, self.status_document())
+        return json_response(200, status_document(self.app, self.settings.stale_after))
 
     async def healthz(self, _request: Request) -> Response:
         """200 while fresh data is served, 503 with the reason otherwise."""
@@ -344,113 +238,9 @@ class HttpApi:
             path, direction, neighbor_as = aspa_parameters(request.query)
         except ValueError as exc:
             return error_document(400, str(exc))
-        snapshot = state.snapshot
-        result = verify_as_path(snapshot, path, direction, neighbor_as=neighbor_as)
-        document: dict[str, Any] = {
-            "path": [
-                _asn_text(e) if isinstance(e, int) else sorted(_asn_text(a) for a in e)
-                for e in path
-            ],
-            "direction": direction.value,
-            "neighbor_as": None if neighbor_as is None else _asn_text(neighbor_as),
-            "state": result.value,
-            "serial": state.serial.value,
-        }
-        plain = [e for e in path if isinstance(e, int)]
-        if plain and len(plain) == len(path):
-            bounds = ramp_bounds(snapshot, plain)
-            document["ramps"] = asdict(bounds)
-            collapsed = [a for i, a in enumerate(plain) if i == 0 or plain[i - 1] != a]
-            origin_first = collapsed[::-1]
-            document["hops"] = [
-                {
-                    "customer": _asn_text(c),
-                    "provider": _asn_text(p),
-                    "up": hop_check(snapshot, c, p).value,
-                    "down": hop_check(snapshot, p, c).value,
-                }
-                for c, p in itertools.pairwise(origin_first)
-            ]
+        document = aspa_document(state.snapshot, path, direction, neighbor_as)
+        document["serial"] = state.serial.value
         return json_response(200, document)
-
-    # ------------------------------------------------------------------ /status
-
-    def status_document(self) -> dict[str, Any]:
-        """Health, snapshot, groups, sources, sessions, publishes and persistence."""
-        app = self.app
-        now = app.clock.wall()
-
-        def when(wall: float | None) -> str | None:
-            return None if wall is None else iso_time(wall)
-
-        def age(wall: float | None) -> float | None:
-            return None if wall is None else round(now - wall, 3)
-
-        snap = observe.snapshot(app)
-        snapshot_doc: dict[str, Any] | None = None
-        if snap is not None:
-            snapshot_doc = {
-                "serial": snap.serial,
-                "session_ids": snap.session_ids,
-                "counts": snap.counts,
-                "published": when(snap.published_wall),
-                "age_seconds": age(snap.published_wall),
-                "next_expiry": when(snap.next_expiry_wall),
-                "seconds_to_next_expiry": (
-                    None if snap.next_expiry_wall is None else round(snap.next_expiry_wall - now, 3)
-                ),
-                "publishes": snap.publishes,
-            }
-        sessions = observe.sessions(app)
-        routers = [asdict(r) for r in sessions.routers[:MAX_LISTED_ROUTERS]]
-        persistence = observe.persistence(app)
-        persistence_doc: dict[str, Any] | None = None
-        if persistence is not None:
-            persistence_doc = asdict(persistence)
-            persistence_doc["last_commit"] = when(persistence.last_commit_wall)
-        return {
-            "version": __version__,
-            "generated": iso_time(now),
-            "health": asdict(observe.health(app, now, self.settings.stale_after)),
-            "snapshot": snapshot_doc,
-            "active": observe.active_groups(app),
-            "groups": [asdict(g) for g in observe.groups(app)],
-            "sources": [
-                {
-                    **asdict(s),
-                    "last_success": when(s.last_success_wall),
-                    "last_success_age_seconds": age(s.last_success_wall),
-                    "last_error_at": when(s.last_error_wall),
-                }
-                for s in observe.sources(app)
-            ],
-            "sessions": {
-                "connected": len(sessions.routers),
-                "by_version": sessions.by_version,
-                "routers": routers,
-                "accepted": sessions.accepted,
-                "rejected": sessions.rejected,
-                "reset_queries": sessions.reset_queries,
-                "serial_queries": sessions.serial_queries,
-                "cache_resets": sessions.cache_resets,
-                "notifies": sessions.notifies,
-                "bytes_sent": sessions.bytes_sent,
-                "errors_sent": {str(k): v for k, v in sorted(sessions.errors_sent.items())},
-                "disconnects": sessions.disconnects,
-            },
-            "publishes": [
-                {
-                    "serial": p.serial,
-                    "time": iso_time(p.wall),
-                    "duration_seconds": round(p.duration, 3),
-                    "counts": p.counts,
-                    "delta": p.delta,
-                    "delta_size": p.delta_size,
-                }
-                for p in reversed(list(app.publishes))
-            ],
-            "persistence": persistence_doc,
-        }
 
     # ------------------------------------------------------------------ own metrics
 

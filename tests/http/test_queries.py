@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from rtr_server.http.api import parse_path
+from rtr_server.http.queries import parse_path
 from snapshot.queries import Direction, verify_as_path
 from tests.http.helpers import Running, http_app_config, running_http_app
 from tests.server.helpers import aspa, export, roa, write_export
