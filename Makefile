@@ -4,6 +4,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 LISTEN ?= 127.0.0.1:8323
+HTTP   ?= 127.0.0.1:8080
 EXAMPLE ?= examples/rpki-client-example.json
 
 .PHONY: run test lint typecheck imports unit interop bench clean venv test-deps
@@ -21,7 +22,7 @@ $(STAMP): pyproject.toml
 	@touch $(STAMP)
 
 run: $(STAMP)
-	$(VENV)/bin/rtr-serve --source $(EXAMPLE) --listen $(LISTEN) --notify-interval 5
+	$(VENV)/bin/rtr-serve --source $(EXAMPLE) --listen $(LISTEN) --http $(HTTP) --notify-interval 5
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check .
@@ -33,9 +34,10 @@ typecheck: $(STAMP)
 imports: $(STAMP)
 	$(VENV)/bin/lint-imports
 
-# The RTR-client tests follow a real StayRTR (Debian package); install it when missing.
-# The systemd unit is checked with systemd-analyze verify (Debian package systemd; systemd
-# need not run); without it that one test is skipped.
+# The RTR-client tests follow a real StayRTR and the dashboard test drives headless Chromium
+# (Debian packages); install them when missing. The systemd unit is checked with
+# systemd-analyze verify (Debian package systemd; systemd need not run); without it that one
+# test is skipped.
 test-deps:
 	@command -v stayrtr >/dev/null 2>&1 || { \
 	  echo "installing stayrtr (Debian) for the RTR client tests"; \
@@ -44,6 +46,7 @@ test-deps:
 	  echo "installing systemd (Debian) for systemd-analyze verify of contrib/systemd"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd \
 	  || echo "systemd-analyze unavailable: the unit is checked structurally only"; }
+	@bash .ci/chromium-setup.sh
 
 unit: $(STAMP) test-deps
 	$(VENV)/bin/pytest -v tests

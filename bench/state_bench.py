@@ -33,8 +33,8 @@ from rtr_server.recovery import build_state
 from rtr_server.settings import ListenAddress, ServerSettings
 from upstream.clock import FixedWallClock
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from serve_bench import EXPECTED_VRPS, TABLE, count_pdus, dump, free_port  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.serve_bench import EXPECTED_VRPS, TABLE, count_pdus, dump, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The table's own build time (from its file name).
@@ -68,7 +68,9 @@ async def persist(source: Path, location: StateLocation) -> dict[str, float]:
         out["first commit (worker)"] = status.last_commit_seconds or 0.0
         assert app.client is not None
         current = app.client.get_snapshot()
-        assert current is not None and app.backend is not None and app.state is not None
+        assert current is not None
+        assert app.backend is not None
+        assert app.state is not None
         ids = app.state.session_ids
         state = build_state(
             store_id=app.backend.store_id or "",
@@ -92,7 +94,7 @@ async def recover(source: Path, location: StateLocation) -> dict[str, float]:
     """Spawn ``rtr-serve --state`` (source gone) and time it until a full v1 table."""
     port = free_port()
     started = time.perf_counter()
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - started once, before the timed waits
         [
             str(ROOT / ".venv/bin/rtr-serve"),
             "--source",

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import anyio
 from anyio.abc import TaskStatus
+from prometheus_client.registry import CollectorRegistry
 
 from persistence.backend import ThreadedBackend
 from persistence.errors import PersistenceError
@@ -29,6 +30,9 @@ from persistence.persister import Persister
 from persistence.state import StateId
 from rtr_server import __version__
 from rtr_server.follower import StateFollower
+from rtr_server.http.api import HttpApi
+from rtr_server.http.settings import HttpSettings
+from rtr_server.publish_log import PublishLog
 from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
 from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
@@ -71,6 +75,8 @@ class AppConfig:
     state_reader: StateLocation | None = None
     #: Seconds between looks at the owner's header in reader mode.
     reader_poll: float = 1.0
+    #: The HTTP listener (metrics, status, dashboard, queries); None: off.
+    http: HttpSettings | None = None
 
     def __post_init__(self) -> None:
         if self.state_reader is not None:
@@ -131,6 +137,11 @@ class App:
         self.follower: StateFollower | None = None
         self._epoch = 0
         self._generation = 0
+        #: The most recent publishes (for /status and the dashboard).
+        self.publishes = PublishLog()
+        #: Prometheus collectors of this app (served on /metrics); never the global registry.
+        self.registry = CollectorRegistry()
+        self.http = None if config.http is None else HttpApi(self, config.http, self.registry)
 
     def _client(self) -> Client:
         if self.client is None:
@@ -181,6 +192,9 @@ class App:
             return
         self.server.publish(state)
         self.published += 1
+        self.publishes.record(
+            state, wall=self.clock.wall(), duration=self.clock.monotonic() - started
+        )
         log_publish(state, self.clock.monotonic() - started)
 
     async def _follow(self) -> None:
@@ -208,6 +222,8 @@ class App:
             if self.persister is not None:
                 await tg.start(self.persister.run)
             await tg.start(self.server.serve)
+            if self.http is not None:
+                await tg.start(self.http.serve)
             await tg.start(client.run)
             task_status.started(self)
             await self._follow()

@@ -26,6 +26,7 @@ from rtr_server import __version__, gen_cert
 from rtr_server.access import Network, parse_network, parse_networks
 from rtr_server.app import AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
+from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings, parse_http_address
 from rtr_server.logs import LOG_FORMATS, LOG_LEVELS, LogSettings, configure
 from rtr_server.protocol import MAX_VERSION, Timers
 from rtr_server.reload import ProcessConfig, Reloader
@@ -360,6 +361,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve another rtr-serve's SQLite state read-only instead of running sources "
         "(polls it every second; same data, own session and serials)",
     )
+    web = p.add_argument_group("HTTP API and metrics")
+    web.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        help="serve /metrics, /status, /healthz, /json, the query API and the dashboard on "
+        "this address, e.g. 127.0.0.1:8080 (loopback; the host must be given; default off)",
+    )
+    web.add_argument(
+        "--metrics-router-lag",
+        action="store_true",
+        help="export rtr_router_serial_lag, one series per connected router (needs --http)",
+    )
+    web.add_argument(
+        "--health-stale-after",
+        type=_positive_float,
+        default=DEFAULT_STALE_AFTER,
+        metavar="S",
+        help="/healthz fails when no source is ok and the newest successful load is older "
+        f"than S seconds (default {DEFAULT_STALE_AFTER:g})",
+    )
     run = p.add_argument_group("process")
     run.add_argument(
         "--log-level",
@@ -408,6 +429,15 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         tls=tls,
         tls_handshake_timeout=args.tls_handshake_timeout,
     )
+    http = None
+    if args.http is not None:
+        http = HttpSettings(
+            parse_http_address(args.http),
+            router_lag=args.metrics_router_lag,
+            stale_after=args.health_stale_after,
+        )
+    elif args.metrics_router_lag:
+        raise ValueError("--metrics-router-lag needs --http")
     use_file_sources = file_config is not None and not args.source
     return AppConfig(
         sources=tuple(args.source),
@@ -420,6 +450,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         max_aspa_providers=args.max_aspa_providers,
         state=args.state,
         state_reader=args.state_reader,
+        http=http,
     )
 
 
@@ -552,6 +583,8 @@ def check_config(path: Path) -> int:
             + (f"router certificates from {tls.client_ca}" if tls.client_ca else "no client CA")
             + f"; handshake timeout {config.server.tls_handshake_timeout:g} s\n"
         )
+    if config.http is not None:
+        out.write(f"  http: {config.http.listen}\n")
     t = config.server.timers
     out.write(
         f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "

@@ -61,6 +61,9 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "tls_client_ca": str,
     "tls_handshake_timeout": (int, float),
     "allow": list,
+    "http": str,
+    "metrics_router_lag": bool,
+    "health_stale_after": (int, float),
 }
 #: Keys of a [[listeners]] table.
 LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {"address": str, "tls": bool, "allow": list}

@@ -1,0 +1,393 @@
+"""Read-only views of a running `App` for /status, /healthz, /metrics and the dashboard.
+
+Every function reads the app's public attributes at one moment (in the event loop thread, so
+the picture is consistent within a call) and returns plain frozen values; nothing here changes
+the app. Time comes from the caller (``now``, Unix seconds from the app's clock).
+
+**Health** (`health`), checked in this order; the first that applies decides:
+
+1. ``no_data``: nothing was published yet (routers get No Data Available).
+2. ``expired``: the served set holds an entry whose ``expires`` has passed; the rebuild
+   without it is pending (normally for well under a second).
+3. ``empty``: the served set is empty (every entry expired, or every group lost its data).
+4. ``sources_failing``: no source is in state ``ok`` and the newest successful load of any
+   source is older than the staleness bound (``--health-stale-after``, default 3600 s), or
+   there never was one.
+
+Otherwise the app is ``ok`` (HTTP 200).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, cast
+
+from snapshot.serial import Serial
+
+if TYPE_CHECKING:
+    from rtr_server.app import App
+
+#: The values of upstream.status.SourceState, in the order metrics list them.
+SOURCE_STATES = ("starting", "waiting", "ok", "error", "expired")
+#: Payload kinds in the order they are shown.
+KINDS = ("vrp", "aspa", "router_key")
+
+
+class PersisterStatus(Protocol):
+    """What the persistence layer reports (see `Persister`)."""
+
+    @property
+    def backend(self) -> str: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def last_persisted_id(self) -> str | None: ...
+    @property
+    def last_commit_wall(self) -> float | None: ...
+    @property
+    def commits(self) -> int: ...
+    @property
+    def failures(self) -> int: ...
+    @property
+    def last_error(self) -> str | None: ...
+
+
+class Persister(Protocol):
+    """The app's ``persister`` attribute when state is saved (absent or None: memory only)."""
+
+    @property
+    def status(self) -> PersisterStatus: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SourceView:
+    """One source as configured and as it stands."""
+
+    name: str
+    kind: str
+    location: str
+    group: str
+    state: str
+    #: RTR sources: whether the connection is up; None for pollers.
+    connected: bool | None
+    last_success_wall: float | None
+    last_error: str | None
+    last_error_wall: float | None
+    records: dict[str, int]
+    bytes_read: int
+    errors: dict[str, int]
+    syncs: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupView:
+    """One group: its priority, whether it runs, and the kinds it is active for."""
+
+    name: str
+    priority: int
+    started: bool
+    active_for: tuple[str, ...]
+    sources: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class SnapshotInfo:
+    """The served state."""
+
+    serial: int
+    session_ids: dict[str, int]
+    counts: dict[str, int]
+    #: When this serial was published (None if it was not published by this process).
+    published_wall: float | None
+    #: When the first served entry expires (None: none does).
+    next_expiry_wall: float | None
+    publishes: int
+
+
+@dataclass(frozen=True, slots=True)
+class RouterView:
+    """One connected router."""
+
+    peer: str
+    version: int | None
+    state: str
+    session_id: int | None
+    serial: int | None
+    #: Serials behind the current one (RFC 1982); None before its first response.
+    lag: int | None
+    bytes_sent: int
+    reset_queries: int
+    serial_queries: int
+    notifies: int
+
+
+@dataclass(frozen=True, slots=True)
+class SessionsView:
+    """Connected routers and the server's counters."""
+
+    #: Connected routers by negotiated version ("0", "1", "2"; "none" before the first query).
+    by_version: dict[str, int]
+    routers: tuple[RouterView, ...]
+    accepted: int
+    rejected: dict[str, int]
+    accept_errors: int
+    reset_queries: int
+    serial_queries: int
+    cache_resets: int
+    notifies: int
+    notify_rounds: int
+    bytes_sent: int
+    errors_sent: dict[int, int]
+    disconnects: dict[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class PersistenceView:
+    """The persister's status (see `PersisterStatus`)."""
+
+    backend: str
+    path: str
+    last_persisted_id: str | None
+    last_commit_wall: float | None
+    commits: int
+    failures: int
+    last_error: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """The /healthz verdict; ``reason`` is one of the codes in the module docstring."""
+
+    healthy: bool
+    reason: str
+    detail: str
+
+
+# ------------------------------------------------------------------ sources and groups
+
+
+def sources(app: App) -> tuple[SourceView, ...]:
+    """Every configured source with its status (none for a state follower)."""
+    if app.client is None:
+        return ()
+    group_of = {s.name: s.group for s in app.client.config.sources}
+    out: list[SourceView] = []
+    for source in app.client.sources:
+        st = source.status
+        out.append(
+            SourceView(
+                name=st.name,
+                kind=st.kind,
+                location=st.location,
+                group=group_of.get(st.name, ""),
+                state=st.state.value,
+                connected=st.connected,
+                last_success_wall=st.last_success_wall,
+                last_error=st.last_error,
+                last_error_wall=st.last_error_wall,
+                records=dict(st.records),
+                bytes_read=st.bytes_read,
+                errors=dict(st.errors),
+                syncs=st.syncs,
+            )
+        )
+    return tuple(out)
+
+
+def active_groups(app: App) -> dict[str, str | None]:
+    """The active group per payload kind (None: no group is ready for it)."""
+    if app.client is None:
+        return dict.fromkeys(KINDS)
+    active = app.client.get_status().active
+    by_kind = {kind.value: group for kind, group in active.items()}
+    return {kind: by_kind.get(kind) for kind in KINDS}
+
+
+def groups(app: App) -> tuple[GroupView, ...]:
+    """Every group in priority order (none for a state follower)."""
+    if app.client is None:
+        return ()
+    status = app.client.get_status()
+    started = set(status.started_groups)
+    active = active_groups(app)
+    config = app.client.config
+    return tuple(
+        GroupView(
+            name=g.name,
+            priority=g.priority,
+            started=g.name in started,
+            active_for=tuple(k for k in KINDS if active[k] == g.name),
+            sources=tuple(s.name for s in config.sources if s.group == g.name),
+        )
+        for g in sorted(config.effective_groups(), key=lambda g: g.priority)
+    )
+
+
+# ------------------------------------------------------------------ the served state
+
+
+def snapshot(app: App) -> SnapshotInfo | None:
+    """The served state, or None before the first publish."""
+    state = app.state
+    if state is None:
+        return None
+    last = app.publishes.last
+    published = last.wall if last is not None and last.serial == state.serial.value else None
+    current = None if app.client is None else app.client.get_snapshot()
+    ids = state.session_ids
+    return SnapshotInfo(
+        serial=state.serial.value,
+        session_ids={"v0": ids.v0, "v1": ids.v1, "v2": ids.v2},
+        counts=state.snapshot.counts(),
+        published_wall=published,
+        next_expiry_wall=current.usable_until if current is not None else None,
+        publishes=app.publishes.total,
+    )
+
+
+# ------------------------------------------------------------------ router sessions
+
+
+def _lag(serial: Serial | None, current: Serial | None) -> int | None:
+    if serial is None or current is None:
+        return None
+    return serial.distance_to(current)
+
+
+def sessions(app: App) -> SessionsView:
+    """Connected routers (each with its serial lag) and the server's counters."""
+    server = app.server
+    state = server.state
+    current = state.serial if state is not None else None
+    by_version: Counter[str] = Counter()
+    routers: list[RouterView] = []
+    for conn in list(server.connections):
+        session = conn.session
+        version = session.version
+        by_version["none" if version is None else str(version)] += 1
+        routers.append(
+            RouterView(
+                peer=conn.peer,
+                version=version,
+                state=session.state.name.lower(),
+                session_id=session.session_id,
+                serial=None if session.last_serial is None else session.last_serial.value,
+                lag=_lag(session.last_serial, current),
+                bytes_sent=conn.stats.bytes_sent,
+                reset_queries=conn.stats.reset_queries,
+                serial_queries=conn.stats.serial_queries,
+                notifies=conn.stats.notifies,
+            )
+        )
+    routers.sort(key=lambda r: r.peer)
+    stats = server.stats
+    return SessionsView(
+        by_version={v: by_version.get(v, 0) for v in ("0", "1", "2", "none")},
+        routers=tuple(routers),
+        accepted=stats.accepted,
+        rejected={
+            "max_connections": stats.rejected_max_connections,
+            "max_per_ip": stats.rejected_max_per_ip,
+        },
+        accept_errors=stats.accept_errors,
+        reset_queries=stats.reset_queries,
+        serial_queries=stats.serial_queries,
+        cache_resets=stats.cache_resets,
+        notifies=stats.notifies,
+        notify_rounds=stats.notify_rounds,
+        bytes_sent=stats.bytes_sent,
+        errors_sent=dict(stats.errors_sent),
+        disconnects=dict(disconnect_classes(stats.disconnects)),
+    )
+
+
+def disconnect_class(reason: str) -> str:
+    """A bounded label for a connection's close reason (the reasons carry free text)."""
+    prefixes = (
+        ("peer closed", "peer_closed"),
+        ("no query within", "query_timeout"),
+        ("write stalled", "write_stalled"),
+        ("connection lost", "connection_lost"),
+        ("server shutdown", "shutdown"),
+        ("goodbye", "shutdown"),
+        ("router sent Error Report", "router_error"),
+        ("unknown", "unknown"),
+    )
+    for prefix, label in prefixes:
+        if reason.startswith(prefix):
+            return label
+    return "protocol_error"
+
+
+def disconnect_classes(reasons: Counter[str]) -> Counter[str]:
+    """`ServerStats.disconnects` summed by `disconnect_class`."""
+    out: Counter[str] = Counter()
+    for reason, count in reasons.items():
+        out[disconnect_class(reason)] += count
+    return out
+
+
+# ------------------------------------------------------------------ persistence
+
+
+def persistence(app: App) -> PersistenceView | None:
+    """The persister's status, or None when state is kept in memory only."""
+    persister = cast("Persister | None", getattr(app, "persister", None))
+    if persister is None:
+        return None
+    st = persister.status
+    return PersistenceView(
+        backend=st.backend,
+        path=st.path,
+        last_persisted_id=st.last_persisted_id,
+        last_commit_wall=st.last_commit_wall,
+        commits=st.commits,
+        failures=st.failures,
+        last_error=st.last_error,
+    )
+
+
+# ------------------------------------------------------------------ health
+
+
+def health(app: App, now: float, stale_after: float) -> Health:
+    """The /healthz verdict at ``now`` (see the module docstring for the rules)."""
+    state = app.state
+    if state is None:
+        return Health(
+            healthy=False, reason="no_data", detail="no data yet: routers get No Data Available"
+        )
+    current = None if app.client is None else app.client.get_snapshot()
+    if current is not None and current.usable_until is not None and now >= current.usable_until:
+        return Health(
+            healthy=False,
+            reason="expired",
+            detail=f"served data holds entries that expired {now - current.usable_until:.0f} s ago",
+        )
+    if state.snapshot.is_empty():
+        return Health(
+            healthy=False,
+            reason="empty",
+            detail=f"serial {state.serial} is empty: every entry expired or was withdrawn",
+        )
+    views = sources(app)
+    if views and not any(s.state == "ok" for s in views):
+        successes = [s.last_success_wall for s in views if s.last_success_wall is not None]
+        newest = max(successes, default=None)
+        if newest is None or now - newest > stale_after:
+            since = "never" if newest is None else f"{now - newest:.0f} s ago"
+            states = ", ".join(f"{s.name}: {s.state}" for s in views)
+            return Health(
+                healthy=False,
+                reason="sources_failing",
+                detail=f"no source is ok ({states}); newest successful load {since} "
+                f"(bound {stale_after:g} s)",
+            )
+    counts = state.snapshot.counts()
+    return Health(
+        healthy=True,
+        reason="ok",
+        detail=f"serial {state.serial}: {counts['vrp_v4'] + counts['vrp_v6']} VRPs, "
+        f"{counts['aspa']} ASPAs, {counts['router_key']} router keys",
+    )

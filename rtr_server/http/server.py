@@ -1,0 +1,206 @@
+"""`HttpServer`: an anyio TCP listener serving GET/HEAD requests to one async handler.
+
+Each connection is a task in the server's task group; `serve` owns the listeners and every
+connection, and cancelling it closes them all. Limits: at most ``max_connections`` connections
+(more get a 503 and are closed at once), a request head of at most ``max_request_bytes``
+(else 431), received within ``request_timeout`` (else the connection is closed, with a 408 when
+a request had begun), each response slice accepted within ``write_timeout`` (else the client
+is dropped), and ``max_requests_per_connection`` requests per connection (keep-alive). A
+handler that raises gets a 500 and the connection is closed; the error is logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from email.utils import formatdate
+from typing import cast
+
+import anyio
+from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.streams.buffered import BufferedByteReceiveStream
+
+from rtr_server.http.settings import HttpSettings
+from rtr_server.http.wire import (
+    HttpError,
+    Request,
+    Response,
+    error_response,
+    parse_request_head,
+    response_head,
+)
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+#: Bytes per send call for large bodies (the /json export is tens of MB).
+SEND_SLICE = 256 * 1024
+ACCEPT_BACKOFF_MAX = 1.0
+_END_OF_HEAD = b"\r\n\r\n"
+
+
+@dataclass(slots=True)
+class HttpStats:
+    """Counters of the listener itself (requests by route are counted by the handler)."""
+
+    connections: int = 0
+    rejected_connections: int = 0
+    request_timeouts: int = 0
+    write_timeouts: int = 0
+    handler_errors: int = 0
+    #: Requests answered by the server itself (malformed, too large, ...), by status.
+    refused: Counter[int] = field(default_factory=Counter)
+
+
+class _WriteStalledError(Exception):
+    """The client accepted no bytes within the write timeout."""
+
+
+class HttpServer:
+    """Serves ``handler`` on ``settings.listen`` until cancelled."""
+
+    def __init__(
+        self, settings: HttpSettings, handler: Handler, *, wall: Callable[[], float] = time.time
+    ) -> None:
+        """Configure; nothing is bound until `serve`. ``wall`` is used for the Date header."""
+        self.settings = settings
+        self.handler = handler
+        self.wall = wall
+        self.stats = HttpStats()
+        self.addresses: list[tuple[str, int]] = []
+        self.active = 0
+
+    async def serve(
+        self, *, task_status: TaskStatus[list[tuple[str, int]]] = anyio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen until cancelled; reports the bound (host, port) pairs once listening."""
+        address = self.settings.listen
+        multi = await anyio.create_tcp_listener(local_host=address.host, local_port=address.port)
+        listeners = cast("list[SocketListener]", multi.listeners)
+        self.addresses = [
+            (
+                str(lst.extra(SocketAttribute.local_address)[0]),
+                lst.extra(SocketAttribute.local_port),
+            )
+            for lst in listeners
+        ]
+        for host, port in self.addresses:
+            shown = f"[{host}]" if ":" in host else host
+            log.info("HTTP API (metrics, status, dashboard) on http://%s:%d/", shown, port)
+        async with anyio.create_task_group() as tg:
+            for listener in listeners:
+                tg.start_soon(self._accept_loop, listener, tg)
+            task_status.started(self.addresses)
+
+    async def _accept_loop(self, listener: SocketListener, tg: TaskGroup) -> None:
+        backoff = 0.01
+        async with listener:
+            while True:
+                try:
+                    stream = await listener.accept()
+                except OSError as exc:
+                    log.error("HTTP accept failed: %s; retrying in %.2f s", exc, backoff)
+                    await anyio.sleep(backoff)
+                    backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
+                    continue
+                backoff = 0.01
+                if self.active >= self.settings.max_connections:
+                    self.stats.rejected_connections += 1
+                    tg.start_soon(self._refuse, stream)
+                    continue
+                self.active += 1
+                self.stats.connections += 1
+                tg.start_soon(self._connection, stream)
+
+    async def _refuse(self, stream: SocketStream) -> None:
+        response = Response(503, b"too many HTTP connections\n")
+        with anyio.move_on_after(1.0, shield=True):
+            with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
+                await stream.send(self._head(response, keep_alive=False) + response.body)
+            await stream.aclose()
+
+    async def _connection(self, stream: SocketStream) -> None:
+        try:
+            await self._serve_requests(stream)
+        except _WriteStalledError:
+            self.stats.write_timeouts += 1
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError, ConnectionError):
+            pass
+        finally:
+            self.active -= 1
+            with anyio.move_on_after(1.0, shield=True):
+                await stream.aclose()
+
+    async def _serve_requests(self, stream: SocketStream) -> None:
+        settings = self.settings
+        buffered = BufferedByteReceiveStream(stream)
+        for served in range(1, settings.max_requests_per_connection + 1):
+            with anyio.move_on_after(settings.request_timeout) as waited:
+                try:
+                    head = await buffered.receive_until(_END_OF_HEAD, settings.max_request_bytes)
+                except anyio.IncompleteRead:
+                    return  # the client closed (between requests, or mid-head)
+                except anyio.DelimiterNotFound:
+                    await self._refuse_request(stream, HttpError(431, "request head too large"))
+                    return
+            if waited.cancelled_caught:
+                self.stats.request_timeouts += 1
+                if buffered.buffer:
+                    await self._refuse_request(stream, HttpError(408, "request timeout"))
+                return
+            if len(head) + len(_END_OF_HEAD) > settings.max_request_bytes:
+                # receive_until checks its limit only before each read; one read may overshoot.
+                await self._refuse_request(stream, HttpError(431, "request head too large"))
+                return
+            try:
+                request = parse_request_head(head + _END_OF_HEAD)
+            except HttpError as exc:
+                await self._refuse_request(stream, exc)
+                return
+            try:
+                response = await self.handler(request)
+            except Exception:
+                log.exception("HTTP handler failed for %s %s", request.method, request.target)
+                self.stats.handler_errors += 1
+                await self._refuse_request(stream, HttpError(500, "internal error"))
+                return
+            keep_alive = request.keep_alive and served < settings.max_requests_per_connection
+            await self._send(stream, request, response, keep_alive=keep_alive)
+            if not keep_alive:
+                return
+
+    async def _refuse_request(self, stream: SocketStream, error: HttpError) -> None:
+        self.stats.refused[error.status] += 1
+        response = error_response(error)
+        await self._write(stream, self._head(response, keep_alive=False) + response.body)
+
+    async def _send(
+        self, stream: SocketStream, request: Request, response: Response, *, keep_alive: bool
+    ) -> None:
+        head = self._head(response, keep_alive=keep_alive)
+        body = response.body
+        if request.method == "HEAD" or not body:
+            await self._write(stream, head)
+        elif len(body) <= SEND_SLICE:
+            await self._write(stream, head + body)
+        else:
+            await self._write(stream, head)
+            await self._write(stream, body)
+
+    def _head(self, response: Response, *, keep_alive: bool) -> bytes:
+        return response_head(
+            response, date=formatdate(self.wall(), usegmt=True), keep_alive=keep_alive
+        )
+
+    async def _write(self, stream: SocketStream, data: bytes) -> None:
+        view = memoryview(data)
+        for offset in range(0, len(view), SEND_SLICE):
+            with anyio.move_on_after(self.settings.write_timeout) as scope:
+                await stream.send(cast("bytes", view[offset : offset + SEND_SLICE]))
+            if scope.cancelled_caught:
+                raise _WriteStalledError
