@@ -45,6 +45,8 @@ class AppConfig:
     #: Evaluate ``expires`` at this fixed Unix time instead of the wall clock.
     reference_time: float | None = None
     max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
+    #: SLURM files (RFC 8416 with ASPA), applied to every snapshot and reloaded on change.
+    slurm: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sources and not self.group_sources:
@@ -68,6 +70,7 @@ class AppConfig:
             groups,
             poll_interval=self.poll_interval,
             max_aspa_providers=self.max_aspa_providers,
+            slurm=self.slurm,
         )
 
 

@@ -23,6 +23,7 @@ from rtr_server.app import AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.protocol import MAX_VERSION, Timers
 from rtr_server.settings import ServerSettings, ShutdownNotice, parse_listen
+from upstream.slurm_files import load_slurm_files
 
 log = logging.getLogger("rtr_server")
 
@@ -37,6 +38,7 @@ examples:
   rtr-serve --source /var/lib/rpki-client/json --listen 127.0.0.1:8323
   rtr-serve --source a.json --source b.json.bz2 --listen [::]:323 --listen 0.0.0.0:323
   rtr-serve --source old-export.json.bz2 --reference-time 2025-07-20T09:31:33Z
+  rtr-serve --source /var/lib/rpki-client/json --slurm /etc/rtr-serve/local.json
 
 Several --source files are merged (union). A source file that does not exist yet is waited
 for; routers get "No Data Available" until the first data is loaded. An invalid update is
@@ -119,6 +121,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_time,
         metavar="ISO8601",
         help="evaluate entry expiry at this fixed UTC time instead of now (for old exports)",
+    )
+    src.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="SLURM file (RFC 8416; slurmVersion 2 adds ASPA filters and assertions) applied to "
+        "the served data: filters first, then assertions; repeat for several (they must not "
+        "overlap); reloaded on change, an invalid change is logged and the previous policy kept",
     )
     src.add_argument(
         "--max-aspa-providers",
@@ -254,6 +265,13 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
     )
     file_config: FileConfig | None = getattr(args, "file_config", None)
     use_file_sources = file_config is not None and not args.source
+    slurm = tuple(str(p) for p in args.slurm)
+    if slurm:
+        # Read now: an invalid or missing SLURM file is a configuration error at start.
+        try:
+            load_slurm_files(slurm)
+        except ValueError as exc:
+            raise ValueError(f"{'server.slurm' if args.config else '--slurm'}: {exc}") from None
     return AppConfig(
         sources=tuple(args.source),
         server=settings,
@@ -263,6 +281,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         history=args.history,
         reference_time=args.reference_time,
         max_aspa_providers=args.max_aspa_providers,
+        slurm=slurm,
     )
 
 
@@ -335,6 +354,9 @@ def check_config(path: Path) -> int:
     else:
         for spec in config.sources:
             out.write(f"  source {spec}\n")
+    if config.slurm:
+        policy = load_slurm_files(config.slurm)
+        out.write(f"  slurm {', '.join(config.slurm)}: {policy.summary()}\n")
     return 0
 
 

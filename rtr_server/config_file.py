@@ -5,6 +5,7 @@ Shape (every key optional except ``url`` and ``group`` membership rules)::
     [server]                 # every command-line option, by its long name with "_" for "-"
     listen = ["127.0.0.1:8323"]
     notify_interval = 60
+    slurm = ["/etc/rtr-serve/local.json"]   # SLURM files (relative: to the working directory)
     [[groups]]
     name = "primary"         # unique
     priority = 10            # unique; lower wins
@@ -46,6 +47,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "shutdown_notice": str,
     "log_level": str,
     "async_backend": str,
+    "slurm": list,
 }
 GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
@@ -119,6 +121,8 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
     server = dict(_check_table(doc.get("server", {}), "server", SERVER_KEYS))
     if "listen" in server and not all(isinstance(a, str) for a in server["listen"]):
         raise ConfigError("server.listen: must be a list of HOST:PORT strings")
+    if "slurm" in server and not all(isinstance(a, str) and a for a in server["slurm"]):
+        raise ConfigError("server.slurm: must be a list of SLURM file paths")
     raw_groups = doc.get("groups", [])
     if not isinstance(raw_groups, list):
         raise ConfigError("groups: must be an array of tables ([[groups]])")
