@@ -6,9 +6,10 @@ assertions are merged with the customer's remaining ASPA (union of providers, li
 objects of one customer); to replace a customer's providers, filter the customer and assert it.
 
 The VRP tables stay packed (see `snapshot.snapshot`): a prefix filter bisects the descending key
-string for its address range and checks only the keys inside it; ASN-only filters read the ASN
-column of the table with strided copies; assertions are inserted at their bisected places. Keys
-never become objects, so the real 723k-VRP table is filtered in a few tens of milliseconds.
+string for its address range and checks only the prefix lengths inside it; ASN-only filters read
+the ASN column with strided copies into an integer array; removals are a byte mask copied out in
+runs; assertions are inserted at their bisected places. Keys never become objects: on the real
+723k-VRP table a typical policy takes a few milliseconds, ASN-only filters about 50 ms.
 """
 
 from __future__ import annotations
@@ -47,20 +48,26 @@ def apply_policy(policy: SlurmPolicy, snapshot: Snapshot) -> Snapshot:
 def _filter_vrps(packed: bytes, version: int, policy: SlurmPolicy, asns: set[int]) -> bytes:
     """``packed`` without the keys any prefix filter of ``policy`` matches."""
     width = _KEY_SIZE[version]
-    removed: set[int] = set()
-    if asns:
-        removed.update(_indices_of_asns(packed, width, asns))
+    count = len(packed) // width
+    removed = bytearray(count)  # 1 marks a key to remove
+    if asns and count:
+        for i in _indices_of_asns(packed, width, asns):
+            removed[i] = 1
     for f in policy.prefix_filters:
         if f.prefix is not None and f.prefix.version == version:
-            removed.update(_indices_covered(packed, width, f.prefix, f.asn))
-    if not removed:
+            _mark_covered(packed, width, f.prefix, f.asn, removed)
+    if 1 not in removed:
         return packed
     parts: list[bytes] = []
-    start = 0
-    for index in sorted(removed):
-        parts.append(packed[start : index * width])
-        start = (index + 1) * width
-    parts.append(packed[start:])
+    keep = 0  # start of the current run of kept keys
+    while keep < count:
+        drop = removed.find(1, keep)
+        if drop == -1:
+            drop = count
+        parts.append(packed[keep * width : drop * width])
+        keep = removed.find(0, drop)
+        if keep == -1:
+            break
     return b"".join(parts)
 
 
@@ -79,8 +86,10 @@ def _indices_of_asns(packed: bytes, width: int, asns: set[int]) -> list[int]:
     return [i for i, asn in enumerate(values) if asn in asns]
 
 
-def _indices_covered(packed: bytes, width: int, prefix: IPNetwork, asn: int | None) -> list[int]:
-    """Indices of the keys covered by ``prefix`` (and of ``asn``, if given)."""
+def _mark_covered(
+    packed: bytes, width: int, prefix: IPNetwork, asn: int | None, removed: bytearray
+) -> None:
+    """Mark in ``removed`` the keys covered by ``prefix`` (and of ``asn``, if given)."""
     size = _ADDRESS_SIZE[prefix.version]
     first = int(prefix.network_address)
     last = first + prefix.num_addresses - 1
@@ -88,15 +97,19 @@ def _indices_covered(packed: bytes, width: int, prefix: IPNetwork, asn: int | No
     lo = _first_at_or_below(packed, width, last.to_bytes(size, "big"))
     hi = _first_at_or_below(packed, width, (first - 1).to_bytes(size, "big")) if first else None
     hi = len(packed) // width if hi is None else hi
-    # Inside the run: the prefix length (after the max length octet) must be at least ours.
-    length_at = size + 1
+    if lo >= hi:
+        return
+    # Inside the run the prefix length (after the max length octet) must be at least ours.
+    lengths = packed[lo * width + size + 1 : hi * width : width]
+    if asn is None and min(lengths) >= prefix.prefixlen:
+        removed[lo:hi] = b"\x01" * (hi - lo)
+        return
     origin = None if asn is None else asn.to_bytes(4, "big")
-    return [
-        i
-        for i in range(lo, hi)
-        if packed[i * width + length_at] >= prefix.prefixlen
-        and (origin is None or packed[(i + 1) * width - 4 : (i + 1) * width] == origin)
-    ]
+    for i, length in enumerate(lengths, lo):
+        if length >= prefix.prefixlen and (
+            origin is None or packed[(i + 1) * width - 4 : (i + 1) * width] == origin
+        ):
+            removed[i] = 1
 
 
 def _first_at_or_below(packed: bytes, width: int, probe: bytes) -> int:

@@ -253,6 +253,24 @@ def test_asn_filter_on_a_larger_table() -> None:
     assert result == Snapshot.build(v for v in vrps if v.asn not in (64497, 64502))
 
 
+def test_many_asn_filters() -> None:
+    # ASNs that differ only in their high octets (the column is read big-endian).
+    vrps = [Vrp.parse(f"10.{i // 256}.{i % 256}.0/24", 24, i % 40) for i in range(2000)]
+    vrps += [Vrp.parse(f"2001:db8:{i:x}::/48", 48, 2**24 * (i % 40)) for i in range(500)]
+    table = Snapshot.build(vrps)
+    dropped = set(range(0, 40, 2)) | {2**24 * 3, 2**24 * 7}
+    policy = SlurmPolicy(prefix_filters=tuple(PrefixFilter(None, a) for a in sorted(dropped)))
+    assert apply_policy(policy, table) == Snapshot.build(v for v in vrps if v.asn not in dropped)
+
+
+def test_asn_filter_reads_whole_asns() -> None:
+    # ASN 0x00010000 followed by ASN 0x00000100 holds 00 00 00 00 across the boundary.
+    vrps = [Vrp.parse("10.0.0.0/24", 24, 0x00010000), Vrp.parse("9.0.0.0/24", 24, 0x00000100)]
+    table = Snapshot.build(vrps)
+    policy = SlurmPolicy(prefix_filters=(PrefixFilter(None, 0),))
+    assert apply_policy(policy, table) == table
+
+
 def test_aspa_pool_customers_are_filterable() -> None:
     table = Snapshot.build(aspas=ASPA_POOL)
     policy = SlurmPolicy(aspa_filters=tuple(AspaFilter(c) for c in CUSTOMERS))
