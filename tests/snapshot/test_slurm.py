@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -414,3 +415,15 @@ def test_aspa_customer_overlap() -> None:
         combine([a, b])
     c = one("c", aspaAssertions=[{"customerAsn": 64501, "providerAsns": [64500]}])
     assert combine([a, c]).aspa_assertions == c.aspa_assertions  # a provider is no customer
+
+
+def test_readme_example_parses() -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    section = readme[readme.index("### SLURM") :]
+    start = section.index("```json\n") + len("```json\n")
+    example = section[start : section.index("\n```", start)]
+    policy = parse_slurm(example, "README")
+    assert policy.summary() == (
+        "prefixFilters=3, bgpsecFilters=2, aspaFilters=1, prefixAssertions=2, "
+        "bgpsecAssertions=1, aspaAssertions=1"
+    )
