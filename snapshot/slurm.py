@@ -2,9 +2,10 @@
 
 Formats: RFC 8416 (``"slurmVersion": 1``: prefix and BGPsec filters and assertions) and
 draft-ietf-sidrops-aspa-slurm-03 (``"slurmVersion": 2``, which adds ``aspaFilters`` with
-``customerAsn`` and ``aspaAssertions`` with ``customerAsn`` + ``providerAsns``). Every member the
-format names is required where the format says so and nothing else is accepted: a misspelt key
-is an error, not a silently ignored filter. Each error names the file, the member path and the
+``customerAsn`` and ``aspaAssertions`` with ``customerAsn`` + ``providerAsns``; Routinator's
+spellings ``customerAsid`` and ``providerSet`` are accepted as aliases). Every member the format
+names is required where the format says so and nothing else is accepted: a misspelt key is an
+error, not a silently ignored filter. Each error names the file, the member path and the
 reason, e.g. ``a.json: locallyAddedAssertions.prefixAssertions[2].maxPrefixLength: 33 is
 outside 24..32``.
 
@@ -334,10 +335,19 @@ class _Parser:
             f"{self.name}: {path}",
         )
 
+    def either(self, entry: dict[str, Any], path: str, name: str, alias: str) -> str:
+        """The member name used: the draft's ``name`` or Routinator's ``alias``, not both."""
+        if name in entry and alias in entry:
+            raise self.fail(f"{path}.{alias}", f"give {name!r} or {alias!r}, not both")
+        if name not in entry and alias not in entry:
+            raise self.fail(f"{path}.{name}", "missing")
+        return name if name in entry else alias
+
     def aspa_filter(self, value: object, path: str) -> AspaFilter:
-        entry = self.members(value, path, ("customerAsn",), ("comment",))
+        entry = self.members(value, path, (), ("customerAsn", "customerAsid", "comment"))
+        key = self.either(entry, path, "customerAsn", "customerAsid")
         return AspaFilter(
-            self.asn(entry, path, "customerAsn"), self.comment(entry, path), f"{self.name}: {path}"
+            self.asn(entry, path, key), self.comment(entry, path), f"{self.name}: {path}"
         )
 
     def prefix_assertion(self, value: object, path: str) -> PrefixAssertion:
@@ -366,12 +376,15 @@ class _Parser:
         return BgpsecAssertion(key, self.comment(entry, path), f"{self.name}: {path}")
 
     def aspa_assertion(self, value: object, path: str) -> AspaAssertion:
-        entry = self.members(value, path, ("customerAsn", "providerAsns"), ("comment",))
-        customer = self.asn(entry, path, "customerAsn")
+        names = ("customerAsn", "customerAsid", "providerAsns", "providerSet", "comment")
+        entry = self.members(value, path, (), names)
+        key = self.either(entry, path, "customerAsn", "customerAsid")
+        customer = self.asn(entry, path, key)
         if customer == 0:
-            raise self.fail(f"{path}.customerAsn", "AS0 cannot be an ASPA customer")
-        providers = entry["providerAsns"]
-        where = f"{path}.providerAsns"
+            raise self.fail(f"{path}.{key}", "AS0 cannot be an ASPA customer")
+        key = self.either(entry, path, "providerAsns", "providerSet")
+        providers = entry[key]
+        where = f"{path}.{key}"
         if not isinstance(providers, list) or not providers:
             raise self.fail(where, f"must be a non-empty array of ASNs, got {providers!r}")
         for i, provider in enumerate(providers):

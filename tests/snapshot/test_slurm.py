@@ -148,6 +148,22 @@ def test_decode_base64_alphabets() -> None:
         decode_base64("a b")
 
 
+def test_routinator_aspa_spellings() -> None:
+    doc = document(
+        aspaFilters=[{"customerAsid": 64500}],
+        aspaAssertions=[{"customerAsid": 64501, "providerSet": [64502, 64503]}],
+    )
+    policy = parse(doc)
+    assert policy.aspa_filters == (AspaFilter(64500),)
+    assert [a.aspa for a in policy.aspa_assertions] == [Aspa(64501, (64502, 64503))]
+    doc = document(aspaAssertions=[{"customerAsid": 64501, "providerSet": [64503, 64502]}])
+    with pytest.raises(SlurmError, match=r"aspaAssertions\[0\]\.providerSet\[1\]: 64502 after"):
+        parse(doc)
+    doc = document(aspaAssertions=[{"customerAsid": 0, "providerSet": [1]}])
+    with pytest.raises(SlurmError, match=r"aspaAssertions\[0\]\.customerAsid: AS0 cannot be"):
+        parse(doc)
+
+
 def test_aspa_as0_alone_is_no_providers() -> None:
     policy = parse(document(aspaAssertions=[{"customerAsn": 7, "providerAsns": [0]}]))
     assert policy.aspa_assertions[0].aspa == Aspa(7, (0,))
@@ -255,7 +271,8 @@ INVALID: list[tuple[str, Any, str]] = [
     (f"{F}.bgpsecFilters[1].ski", "x", "bgpsecFilters[1].ski: unknown member"),
     # ASPA filters
     (f"{F}.aspaFilters[0].customerAsn", ..., "aspaFilters[0].customerAsn: missing"),
-    (f"{F}.aspaFilters[0].customerAsid", 1, "aspaFilters[0].customerAsid: unknown member"),
+    (f"{F}.aspaFilters[0].customerAsid", 1, "aspaFilters[0].customerAsid: give 'customerAsn' or"),
+    (f"{F}.aspaFilters[0].customerASN", 1, "aspaFilters[0].customerASN: unknown member"),
     # prefix assertions
     (f"{A}.prefixAssertions[0].asn", ..., "prefixAssertions[0].asn: missing"),
     (f"{A}.prefixAssertions[0].prefix", ..., "prefixAssertions[0].prefix: missing"),
@@ -281,7 +298,9 @@ INVALID: list[tuple[str, Any, str]] = [
     (f"{A}.aspaAssertions[0].providerAsns", [1, "2"], "providerAsns[1]: must be an ASN, got '2'"),
     (f"{A}.aspaAssertions[0].providerAsns", [2**32], "providerAsns[0]: must be an ASN, got 4294"),
     (f"{A}.aspaAssertions[0].customerAsn", 0, "aspaAssertions[0].customerAsn: AS0 cannot be an"),
-    (f"{A}.aspaAssertions[0].providerSet", [1], "aspaAssertions[0].providerSet: unknown member"),
+    (f"{A}.aspaAssertions[0].providerSet", [1], "aspaAssertions[0].providerSet: give 'providerAs"),
+    (f"{A}.aspaAssertions[0].providerAsns", ..., "aspaAssertions[0].providerAsns: missing"),
+    (f"{A}.aspaAssertions[0].customerAsn", ..., "aspaAssertions[0].customerAsn: missing"),
     (f"{A}.aspaAssertions[0].providers", [1], "aspaAssertions[0].providers: unknown member"),
 ]
 
