@@ -49,6 +49,7 @@ from upstream.client import (
 from upstream.clock import Clock, FixedWallClock, SystemClock
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
+from upstream.slurm_files import SlurmFiles
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,8 @@ class AppConfig:
     reader_poll: float = 1.0
     #: The HTTP listener (metrics, status, dashboard, queries); None: off.
     http: HttpSettings | None = None
+    #: SLURM files (RFC 8416 with ASPA), applied to every snapshot and reloaded on change.
+    slurm: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.state_reader is not None:
@@ -106,6 +109,7 @@ class AppConfig:
             groups,
             poll_interval=self.poll_interval,
             max_aspa_providers=self.max_aspa_providers,
+            slurm=self.slurm,
         )
 
 
@@ -261,9 +265,16 @@ class App:
             configured = [
                 SourceIdentity(s.name, s.status.kind, s.status.location) for s in client.sources
             ]
+            await client.slurm.check()  # the policy every published snapshot gets
+            policy = client.slurm.policy
             plan = await anyio.to_thread.run_sync(
                 lambda: plan_recovery(
-                    header, state, configured, wall=self.clock.wall(), clock_tolerance=tolerance
+                    header,
+                    state,
+                    configured,
+                    wall=self.clock.wall(),
+                    clock_tolerance=tolerance,
+                    policy=policy,
                 )
             )
             self.recovery = plan
@@ -302,12 +313,19 @@ class App:
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
         backend = location.make_backend(read_only=True, wall=self.clock.wall)
         self.backend = backend
+        slurm = SlurmFiles(self.config.slurm, poll_interval=self.config.poll_interval)
         follower = StateFollower(
-            backend, self.clock, self._on_snapshot, poll=self.config.reader_poll
+            backend,
+            self.clock,
+            self._on_snapshot,
+            poll=self.config.reader_poll,
+            policy=lambda: slurm.policy,
         )
+        slurm.on_change = follower.policy_changed
         self.follower = follower
         try:
             async with anyio.create_task_group() as tg:
+                tg.start_soon(slurm.run, name="SLURM files")
                 await tg.start(self.server.serve)
                 task_status.started(self)
                 await follower.run()

@@ -38,6 +38,7 @@ from rtr_server.settings import (
     parse_listen,
 )
 from rtr_server.tls import make_server_context
+from upstream.slurm_files import load_slurm_files
 
 log = logging.getLogger("rtr_server")
 
@@ -95,6 +96,7 @@ examples:
   rtr-serve check-config FILE                     (validate a configuration file)
   rtr-serve --config /etc/rtr-serve/rtr-serve.toml --log-format json
   rtr-serve check-config /etc/rtr-serve/rtr-serve.toml && systemctl reload rtr-serve
+  rtr-serve --source /var/lib/rpki-client/json --slurm /etc/rtr-serve/local.json
 """
 
 CHECK_CONFIG_DESCRIPTION = """\
@@ -215,6 +217,15 @@ def build_parser() -> argparse.ArgumentParser:
         type=_time,
         metavar="ISO8601",
         help="evaluate entry expiry at this fixed UTC time instead of now (for old exports)",
+    )
+    src.add_argument(
+        "--slurm",
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="SLURM file (RFC 8416; slurmVersion 2 adds ASPA filters and assertions) applied to "
+        "the served data: filters first, then assertions; repeat for several (they must not "
+        "overlap); reloaded on change, an invalid change is logged and the previous policy kept",
     )
     src.add_argument(
         "--max-aspa-providers",
@@ -439,6 +450,13 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
     elif args.metrics_router_lag:
         raise ValueError("--metrics-router-lag needs --http")
     use_file_sources = file_config is not None and not args.source
+    slurm = tuple(str(p) for p in args.slurm)
+    if slurm:
+        # Read now: an invalid or missing SLURM file is a configuration error at start.
+        try:
+            load_slurm_files(slurm)
+        except ValueError as exc:
+            raise ValueError(f"{'server.slurm' if args.config else '--slurm'}: {exc}") from None
     return AppConfig(
         sources=tuple(args.source),
         server=settings,
@@ -451,6 +469,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         state=args.state,
         state_reader=args.state_reader,
         http=http,
+        slurm=slurm,
     )
 
 
@@ -603,6 +622,9 @@ def check_config(path: Path) -> int:
     else:
         for spec in config.sources:
             out.write(f"  source {spec}\n")
+    if config.slurm:
+        policy = load_slurm_files(config.slurm)
+        out.write(f"  slurm {', '.join(config.slurm)}: {policy.summary()}\n")
     return 0
 
 

@@ -5,6 +5,7 @@ Shape (every key optional except ``url`` and ``group`` membership rules)::
     [server]                 # every command-line option, by its long name with "_" for "-"
     listen = ["127.0.0.1:8323"]
     notify_interval = 60
+    slurm = ["/etc/rtr-serve/local.json"]   # SLURM files (relative: to the working directory)
     [[groups]]
     name = "primary"         # unique
     priority = 10            # unique; lower wins
@@ -64,6 +65,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "http": str,
     "metrics_router_lag": bool,
     "health_stale_after": (int, float),
+    "slurm": list,
 }
 #: Keys of a [[listeners]] table.
 LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {"address": str, "tls": bool, "allow": list}
@@ -147,6 +149,8 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
     if "allow" in server:
         _networks(server["allow"], "server.allow")
     listeners = _parse_listeners(doc.get("listeners", []))
+    if "slurm" in server and not all(isinstance(a, str) and a for a in server["slurm"]):
+        raise ConfigError("server.slurm: must be a list of SLURM file paths")
     raw_groups = doc.get("groups", [])
     if not isinstance(raw_groups, list):
         raise ConfigError("groups: must be an array of tables ([[groups]])")

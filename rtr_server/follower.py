@@ -20,6 +20,7 @@ from persistence.backend import PersistenceBackend
 from persistence.errors import PersistenceError
 from persistence.state import PersistedState, StateHeader, StateId
 from rtr_server.recovery import served_snapshot
+from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import Snapshot
 from upstream.clock import Clock
 
@@ -47,8 +48,12 @@ class StateFollower:
         publish: Callable[[Snapshot], Awaitable[None]],
         *,
         poll: float = 1.0,
+        policy: Callable[[], SlurmPolicy | None] = lambda: EMPTY_POLICY,
     ) -> None:
-        """``backend`` is opened by `run` but owned (closed) by the caller."""
+        """``backend`` is opened by `run` but owned (closed) by the caller.
+
+        ``policy`` gives the SLURM policy in force (None: not valid yet, nothing is published).
+        """
         self.backend = backend
         self.clock = clock
         self.publish = publish
@@ -56,17 +61,25 @@ class StateFollower:
         self.status = FollowerStatus()
         self._stored: tuple[StateHeader, PersistedState] | None = None
         self._next_expiry: float | None = None
+        self.policy = policy
+        self._policy_changed = False
+
+    def policy_changed(self) -> None:
+        """Rebuild at the next poll (the SLURM policy changed)."""
+        self._policy_changed = True
 
     async def run(self) -> None:
         """Follow until cancelled."""
         while True:
-            changed = await self._look()
+            changed = await self._look() or self._policy_changed
             due = self._next_expiry is not None and self.clock.wall() >= self._next_expiry
-            if self._stored is not None and (changed or due):
+            policy = self.policy()
+            if self._stored is not None and policy is not None and (changed or due):
+                self._policy_changed = False
                 header, state = self._stored
                 wall = self.clock.wall()
                 snapshot, self._next_expiry = await anyio.to_thread.run_sync(
-                    functools.partial(served_snapshot, header, state, wall=wall)
+                    functools.partial(served_snapshot, header, state, wall=wall, policy=policy)
                 )
                 await self.publish(snapshot)
             await anyio.sleep(self.poll)

@@ -22,8 +22,9 @@ from persistence.state import (
     StateId,
     seconds_to_us,
 )
+from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import Snapshot
-from upstream.aggregate import Recovered, SourceInput, merge_by_kind
+from upstream.aggregate import Recovered, SourceInput, merge_and_apply
 from upstream.json_format import NO_EXPIRY, SourcePayload
 from upstream.selection import PayloadKind
 
@@ -129,8 +130,14 @@ def plan_recovery(
     *,
     wall: float,
     clock_tolerance: float,
+    policy: SlurmPolicy | None = EMPTY_POLICY,
 ) -> RecoveryPlan:
-    """Decide what of ``state`` comes back at wall time ``wall``."""
+    """Decide what of ``state`` comes back at wall time ``wall``.
+
+    The snapshot gets the SLURM ``policy``, as every snapshot the sources build; None (the
+    configured SLURM files are not valid) publishes nothing, so routers never get data
+    without the operator's filters.
+    """
     plan = RecoveryPlan()
     written = header.written_at / US_PER_SECOND
     if wall < written - clock_tolerance:
@@ -165,14 +172,16 @@ def plan_recovery(
         plan.notes.append(f"source {record.name}: revived ({counts})")
         for kind in record.selected:
             chosen[PayloadKind(kind)].append((payload, now))
-    if plan.recovered:
-        snapshot = merge_by_kind(chosen)
+    if plan.recovered and policy is None:
+        plan.notes.append("the SLURM files are not valid: nothing is published until they are")
+    elif plan.recovered and policy is not None:
+        snapshot = merge_and_apply(chosen, policy)
         plan.snapshot = None if snapshot.is_empty() else snapshot
     return plan
 
 
 def served_snapshot(
-    header: StateHeader, state: PersistedState, *, wall: float
+    header: StateHeader, state: PersistedState, *, wall: float, policy: SlurmPolicy = EMPTY_POLICY
 ) -> tuple[Snapshot, float | None]:
     """What a follower serves of ``state`` at ``wall``, and the wall time of the next expiry.
 
@@ -189,4 +198,4 @@ def served_snapshot(
         if record.selected and (first := payload.earliest_expiry_after(now)) is not None:
             ahead.append(first)
     next_expiry = float(min(ahead)) + (wall - now) if ahead else None
-    return merge_by_kind(chosen), next_expiry
+    return merge_and_apply(chosen, policy), next_expiry

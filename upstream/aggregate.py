@@ -26,6 +26,8 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.model import Aspa
+from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
+from snapshot.slurm_apply import apply_policy
 from snapshot.snapshot import Snapshot, SnapshotBuilder
 from upstream.clock import Clock, SystemClock
 from upstream.json_format import SourcePayload
@@ -126,6 +128,11 @@ def merge_by_kind(payloads: dict[PayloadKind, list[Timed]]) -> Snapshot:
     return Snapshot(vrps.v4, vrps.v6, merged[PayloadKind.ROUTER_KEY].router_keys, aspas)
 
 
+def merge_and_apply(payloads: dict[PayloadKind, list[Timed]], policy: SlurmPolicy) -> Snapshot:
+    """`merge_by_kind`, then the SLURM ``policy`` (filters, then assertions)."""
+    return apply_policy(policy, merge_by_kind(payloads))
+
+
 def _capabilities(source: Source) -> frozenset[PayloadKind]:
     caps = getattr(source, "capabilities", None)
     return ALL_KINDS if caps is None else frozenset(caps)
@@ -142,8 +149,13 @@ class Aggregator:
         clock: Clock | None = None,
         groups: Sequence[Group] | None = None,
         clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
+        slurm_policy: Callable[[], SlurmPolicy | None] | None = None,
     ) -> None:
-        """Give either ``sources`` (one implicit group) or ``groups``; nothing runs until `run`."""
+        """Give either ``sources`` (one implicit group) or ``groups``; nothing runs until `run`.
+
+        ``slurm_policy`` gives the SLURM policy in force for each build; while it gives None
+        (SLURM files configured but not valid yet) nothing is built. Call `poke` when it changes.
+        """
         if groups is None:
             groups = [Group(IMPLICIT_GROUP, tuple(sources))]
         elif sources:
@@ -173,6 +185,7 @@ class Aggregator:
         self.on_status: Callable[[], None] | None = None
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
+        self.slurm_policy = slurm_policy
         #: Sources holding a recovered payload (counted as having data) until they deliver.
         self._recovered: set[str] = set()
         self._accepted_wall: dict[str, float] = {}
@@ -330,10 +343,14 @@ class Aggregator:
                     announced_wait = True
                 delay = min(waits)
                 continue
+            policy = EMPTY_POLICY if self.slurm_policy is None else self.slurm_policy()
+            if policy is None:
+                delay = min(waits)  # the SLURM files poke us once they are valid
+                continue
             chosen = {
                 kind: self._payloads_of(group, kind) for kind, group in decision.active.items()
             }
-            snapshot = await anyio.to_thread.run_sync(merge_by_kind, chosen)
+            snapshot = await anyio.to_thread.run_sync(merge_and_apply, chosen, policy)
             self.builds += 1
             used = {id(p): (p, now) for ps in chosen.values() for p, now in ps}.values()
             # Sleep until the first entry expires (in judged time, which runs like real time).

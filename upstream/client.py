@@ -37,6 +37,7 @@ from upstream.aggregate import Aggregator, Group, Recovered, Source, SourceInput
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
 from upstream.selection import PayloadKind
+from upstream.slurm_files import SlurmFiles
 from upstream.status import SourceStatus
 
 log = logging.getLogger(__name__)
@@ -191,6 +192,10 @@ class Client:
         self._aggregator_scope: anyio.CancelScope | None = None
         self._aggregator_done: anyio.Event | None = None
         self._last_status_key: object = None
+        #: The SLURM files and the policy in force (kept across `apply_config`).
+        self.slurm = SlurmFiles(
+            config.slurm, poll_interval=config.poll_interval, on_change=self._slurm_changed
+        )
         self._build_aggregator(config, previous=None)
         for name, payload in (recovered or {}).items():
             self.seed(name, payload)
@@ -224,6 +229,7 @@ class Client:
                 self._scope = scope
                 async with anyio.create_task_group() as tg:
                     self._tg = tg
+                    tg.start_soon(self.slurm.run, name="SLURM files")
                     await self._start_aggregator()
                     task_status.started()
                     await anyio.sleep_forever()
@@ -342,6 +348,8 @@ class Client:
         # before anything changed, so a refused configuration leaves the client as it was.
         self._build_aggregator(config, previous=previous)
         self.config = config
+        self.slurm.poll_interval = config.poll_interval
+        self.slurm.set_paths(config.slurm)
         self.epoch += 1
         for watch in list(self._watches):
             watch.fail(ResyncRequiredError(f"configuration revision {config.revision} applied"))
@@ -375,6 +383,7 @@ class Client:
             clock=self.clock,
             groups=groups,
             clock_tolerance=config.clock_tolerance,
+            slurm_policy=lambda: self.slurm.policy,
         )
         aggregator.on_status = self._on_status
         if previous is not None:
@@ -426,6 +435,10 @@ class Client:
         for watch in list(self._watches):
             watch.offer(SnapshotEvent(current))
         self._wake()
+
+    def _slurm_changed(self) -> None:
+        if self._aggregator is not None:
+            self._aggregator.poke()
 
     def _on_status(self) -> None:
         status = self.get_status()

@@ -88,6 +88,8 @@ class ClientConfig:
     #: How long `Client.aclose` waits for its tasks before it reports ``cleanup_overdue``.
     cleanup_timeout: float = 5.0
     revision: int = 0
+    #: SLURM files (RFC 8416, with ASPA) applied to every snapshot; see `upstream.slurm_files`.
+    slurm: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -106,6 +108,11 @@ class ClientConfig:
                 check_source_url(source.url)
             except ValueError as exc:
                 raise ValueError(f"sources[{i}].url: {exc}") from None
+        for i, path in enumerate(self.slurm):
+            if not path:
+                raise ValueError(f"slurm[{i}]: empty path")
+            if self.slurm.index(path) != i:
+                raise ValueError(f"slurm[{i}]: {path!r} is given twice")
 
     def effective_groups(self) -> tuple[GroupConfig, ...]:
         """The configured groups, or the implicit one."""

@@ -7,6 +7,7 @@ read-only follower tracking the owner.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -263,3 +264,40 @@ async def test_a_reader_follows_the_owner(tmp_path: Path) -> None:
         assert await full_table(reader) == expected_state(updated_export(), 2)
         assert reader.follower is not None
         assert reader.follower.status.reads >= 2
+
+
+def slurm_filter(path: Path, prefix: str) -> str:
+    """A SLURM file filtering every VRP inside ``prefix``."""
+    path.write_text(
+        json.dumps(
+            {
+                "slurmVersion": 1,
+                "validationOutputFilters": {
+                    "prefixFilters": [{"prefix": prefix}],
+                    "bgpsecFilters": [],
+                },
+                "locallyAddedAssertions": {"prefixAssertions": [], "bgpsecAssertions": []},
+            }
+        )
+    )
+    return str(path)
+
+
+async def test_recovered_and_followed_data_get_the_slurm_policy(tmp_path: Path) -> None:
+    doc = export(roas=[roa("192.0.2.0/24", 24, 64496), roa("198.51.100.0/24", 24, 64497)])
+    kept = export(roas=[roa("198.51.100.0/24", 24, 64497)])
+    source = tmp_path / "export.json"
+    write_export(source, doc)
+    state = location(tmp_path, "sqlite")
+    await persist_and_stop(state_config((source,), state))
+    source.unlink()
+    slurm = (slurm_filter(tmp_path / "local.json", "192.0.2.0/24"),)
+    async with running(state_config((source,), state, slurm=slurm)) as owner:
+        assert owner.state is not None  # recovered, before any source could load
+        assert await full_table(owner, 1) == expected_state(kept, 1)
+        reader_config = AppConfig(
+            server=settings(), state_reader=state, reader_poll=0.05, slurm=slurm
+        )
+        async with running(reader_config) as reader:
+            await wait_until(lambda: reader.state is not None, what="the reader's publish")
+            assert await full_table(reader, 1) == expected_state(kept, 1)
