@@ -1,0 +1,74 @@
+"""Helpers for the persistence tests: backend factories, a settable wall clock, raw connections."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from persistence.backend import ThreadedBackend
+from persistence.duckdb_backend import DuckDBBackend
+from persistence.sqlite_backend import SQLiteBackend
+from tests.persistence.states import T0, US
+
+KINDS = ("sqlite", "duckdb")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+class Clock:
+    """A settable wall clock in Unix seconds (the only fake the tests use)."""
+
+    def __init__(self, now: float = T0 / US) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def us(self) -> int:
+        """The current time in microseconds, as the backend stores it."""
+        return round(self.now * US)
+
+
+def make(kind: str, path: Path, clock: Clock | None = None, **options: Any) -> ThreadedBackend:
+    """An unopened owner backend of ``kind`` on ``path``."""
+    wall = clock or Clock()
+    if kind == "sqlite":
+        return SQLiteBackend(path, wall=wall, **options)
+    return DuckDBBackend(path, wall=wall, **options)
+
+
+@asynccontextmanager
+async def opened(
+    kind: str, path: Path, clock: Clock | None = None
+) -> AsyncIterator[ThreadedBackend]:
+    """An open backend, closed (and checked closed in time) on exit."""
+    backend = make(kind, path, clock)
+    await backend.open()
+    try:
+        yield backend
+    finally:
+        assert await backend.close()
+
+
+async def listing(directory: Path) -> list[str]:
+    """The names in ``directory``, sorted."""
+    return sorted([entry.name async for entry in anyio.Path(directory).iterdir()])
+
+
+@contextmanager
+def raw(kind: str, path: Path) -> Iterator[Any]:
+    """A plain autocommit connection (sqlite3 or duckdb) to tamper with a closed store."""
+    if kind == "sqlite":
+        db: Any = sqlite3.connect(path, isolation_level=None)
+    else:
+        import duckdb
+
+        db = duckdb.connect(str(path))
+    try:
+        yield db
+    finally:
+        db.close()
