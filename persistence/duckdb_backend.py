@@ -118,9 +118,12 @@ class DuckDBStore(SqlStore):
             raise MissingExtraError(
                 "the DuckDB backend needs the 'duckdb' extra: pip install 'rtr-serve[duckdb]'"
             ) from exc
-        self._lock.acquire()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
+        self._lock.acquire()
+        try:
             self._db = duckdb.connect(
                 str(self.path),
                 config={"threads": 1, "enable_external_access": False},

@@ -198,20 +198,25 @@ class SqlStore(ABC):
                     raise CorruptStateError(f"{table}: {bad} rows break a type or range rule")
             try:
                 sources = self._read_sources()
+            except KeyError as exc:
+                raise CorruptStateError(f"payload rows of unknown source id {exc}") from exc
             except (TypeError, ValueError, OverflowError, struct.error, PayloadError) as exc:
                 raise CorruptStateError(f"payload: {exc}") from exc
         finally:
             self._rollback()
-        state = PersistedState(
-            store_id=header.store_id,
-            state_id=header.state_id,
-            config_revision=header.config_revision,
-            serial=header.serial,
-            session_ids=header.session_ids,
-            published_at=header.published_at,
-            package_version=header.package_version,
-            sources=sources,
-        )
+        try:
+            state = PersistedState(
+                store_id=header.store_id,
+                state_id=header.state_id,
+                config_revision=header.config_revision,
+                serial=header.serial,
+                session_ids=header.session_ids,
+                published_at=header.published_at,
+                package_version=header.package_version,
+                sources=sources,
+            )
+        except ValueError as exc:  # e.g. two sources of one name
+            raise CorruptStateError(f"sources: {exc}") from exc
         if state.digest() != header.state_digest:
             raise CorruptStateError("state digest mismatch: the rows are not what was committed")
         return header, state

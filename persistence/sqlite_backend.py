@@ -34,7 +34,6 @@ _TRANSIENT = {
     sqlite3.SQLITE_FULL,
     sqlite3.SQLITE_CANTOPEN,
     sqlite3.SQLITE_PROTOCOL,
-    sqlite3.SQLITE_READONLY,
 }
 _CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
 #: How long a statement waits for a lock held by another connection (followers, checkpoints).
@@ -49,6 +48,8 @@ def classify(exc: sqlite3.Error) -> PersistenceError:
     message = f"sqlite {name}: {exc}"
     if primary in _CORRUPT or "not a database" in str(exc):
         return CorruptStateError(message)
+    if primary == sqlite3.SQLITE_READONLY:  # a follower asked to write: a usage error
+        return PersistenceError(message)
     if primary in _TRANSIENT or isinstance(exc, sqlite3.OperationalError):
         return TransientError(message)
     return PersistenceError(message)
@@ -102,9 +103,12 @@ class SQLiteStore(SqlStore):
             self._open_reader()
             return
         assert self._lock is not None
-        self._lock.acquire()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
+        self._lock.acquire()
+        try:
             db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             self._db = db
             tables = self._table_names()

@@ -104,11 +104,6 @@ async def test_open_creates_schema_v2(kind: str, path: Path) -> None:
         assert backend.store_id == store_id
 
 
-@pytest.mark.xfail(
-    reason="persistence bug: the owner lock file is opened before the parent directory is "
-    "created, so open fails with a retryable TransientError (ENOENT) for a new directory",
-    strict=True,
-)
 async def test_open_creates_missing_directories(kind: str, tmp_path: Path) -> None:
     path = tmp_path / "new" / "dir" / "state.db"
     async with opened(kind, path) as backend:
@@ -403,21 +398,8 @@ RANGE_TAMPERS: list[tuple[str, tuple[object, ...]]] = [
     ("UPDATE sources SET complete = 2 WHERE source_id = 0", ()),
     ("UPDATE sources SET capabilities = 8 WHERE source_id = 0", ()),
 ]
-#: Bugs in persistence/ found by these tests (reported to the lead; remove when fixed).
-KNOWN_BUGS: dict[str, tuple[str, type[Exception]]] = {
-    "vrps SET source_id = 7": (
-        "VRP rows of an unknown source_id raise KeyError, not CorruptStateError",
-        KeyError,
-    ),
-    "router_keys SET source_id = 7": (
-        "router key rows of an unknown source_id raise KeyError, not CorruptStateError",
-        KeyError,
-    ),
-    "SET name = 'ripe-http' WHERE source_id = 1": (
-        "duplicate source names raise ValueError (PersistedState), not CorruptStateError",
-        ValueError,
-    ),
-}
+#: Bugs in persistence/ found by these tests, marked as strict xfails (none open: all fixed).
+KNOWN_BUGS: dict[str, tuple[str, type[Exception]]] = {}
 
 
 def tamper_params(
