@@ -99,10 +99,7 @@ class DuckDBStore(SqlStore):
 
     def __init__(self, path: str | Path) -> None:
         """Remember the path; the file is opened by `open_sync`."""
-        super().__init__()
-        self.path = normalise(path)
-        self._db: Any = None
-        self._lock = OwnerLock(self.path)
+        super().__init__(normalise(path), OwnerLock(path))
 
     def _conn(self) -> Any:
         if self._db is None:
@@ -118,11 +115,7 @@ class DuckDBStore(SqlStore):
             raise MissingExtraError(
                 "the DuckDB backend needs the 'duckdb' extra: pip install 'rtr-serve[duckdb]'"
             ) from exc
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
-        self._lock.acquire()
+        self._take_ownership()
         try:
             self._db = duckdb.connect(
                 str(self.path),
@@ -132,15 +125,6 @@ class DuckDBStore(SqlStore):
         except BaseException:
             self.close_sync()
             raise
-
-    def close_sync(self) -> None:
-        """Close (DuckDB checkpoints its WAL) and release the lock."""
-        try:
-            if self._db is not None:
-                self._db.close()
-        finally:
-            self._db = None
-            self._lock.release()
 
     def _begin(self, *, write: bool) -> None:  # noqa: ARG002 - one kind of transaction
         self._conn().execute("BEGIN TRANSACTION")

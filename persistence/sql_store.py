@@ -12,14 +12,17 @@ import uuid
 from abc import ABC, abstractmethod
 from array import array
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 from persistence.errors import (
     BackendClosedError,
     CommitConflictError,
     CorruptStateError,
+    TransientError,
     UnsupportedSchemaError,
 )
+from persistence.lock import OwnerLock
 from persistence.schema import (
     ASPA_COLUMNS,
     DDL,
@@ -72,18 +75,36 @@ class SqlStore(ABC):
     #: How VRP rows are read in (source, seq) order; SQLite reads its rowid (insertion) order.
     vrp_order = "ORDER BY source_id, family, seq"
 
-    def __init__(self) -> None:
-        """No connection until `open_sync`."""
+    def __init__(self, path: Path, lock: OwnerLock | None) -> None:
+        """No connection until `open_sync`; ``lock`` is None for a read-only follower."""
+        self.path = path
         self.store_id: str | None = None
+        self._db: Any = None
+        self._lock = lock
+
+    def _take_ownership(self) -> None:
+        """Create the directory, then take the owner lock (before any connection)."""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
+        if self._lock is not None:
+            self._lock.acquire()
+
+    def close_sync(self) -> None:
+        """Close the connection (the database checkpoints its WAL) and release the lock."""
+        try:
+            if self._db is not None:
+                self._db.close()
+        finally:
+            self._db = None
+            if self._lock is not None:
+                self._lock.release()
 
     # ------------------------------------------------------------------ dialect hooks
     @abstractmethod
     def open_sync(self, now: int) -> None:
         """Take ownership (or open read-only) and check or create the schema."""
-
-    @abstractmethod
-    def close_sync(self) -> None:
-        """Close the connection and release ownership (idempotent)."""
 
     @abstractmethod
     def _conn(self) -> Any:

@@ -84,17 +84,15 @@ class SQLiteStore(SqlStore):
         self, path: str | Path, *, read_only: bool = False, max_page_count: int | None = None
     ) -> None:
         """Remember the settings; the file is opened by `open_sync`."""
-        super().__init__()
-        self.path = normalise(path)
+        super().__init__(normalise(path), None if read_only else OwnerLock(path))
         self.read_only = read_only
         self.max_page_count = max_page_count
-        self._db: sqlite3.Connection | None = None
-        self._lock = None if read_only else OwnerLock(self.path)
 
     def _conn(self) -> sqlite3.Connection:
-        if self._db is None:
+        db: sqlite3.Connection | None = self._db
+        if db is None:
             raise closed()
-        return self._db
+        return db
 
     @_classified
     def open_sync(self, now: int) -> None:
@@ -102,12 +100,7 @@ class SQLiteStore(SqlStore):
         if self.read_only:
             self._open_reader()
             return
-        assert self._lock is not None
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
-        self._lock.acquire()
+        self._take_ownership()
         try:
             db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             self._db = db
@@ -137,16 +130,6 @@ class SQLiteStore(SqlStore):
         except BaseException:
             self.close_sync()
             raise
-
-    def close_sync(self) -> None:
-        """Close the connection (checkpointing the WAL as SQLite does) and release the lock."""
-        try:
-            if self._db is not None:
-                self._db.close()
-        finally:
-            self._db = None
-            if self._lock is not None:
-                self._lock.release()
 
     def _begin(self, *, write: bool) -> None:
         self._conn().execute("BEGIN IMMEDIATE" if write else "BEGIN")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from array import array
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -14,40 +13,16 @@ from persistence.backend import Capabilities, ThreadedBackend
 from persistence.errors import CommitConflictError, TransientError
 from persistence.persister import Persister, PersisterStoppedError
 from persistence.sqlite_backend import SQLiteBackend
-from persistence.state import CommitReceipt, PersistedState, SourceRecord, StateId
-from snapshot.model import pack_v4
+from persistence.state import CommitReceipt, PersistedState, StateId
+from tests.persistence.states import crash_state
 
 pytestmark = pytest.mark.anyio
 TIMEOUT = 10.0
 
 
-def make_state(store_id: str, generation: int, vrps: int = 50) -> PersistedState:
-    keys = sorted(
-        (pack_v4((10 << 24) + (i << 8) + generation, 32, 32, 64496 + i) for i in range(vrps)),
-        reverse=True,
-    )
-    record = SourceRecord(
-        name="a",
-        group="default",
-        kind="file",
-        complete=True,
-        capabilities=frozenset({"vrp"}),
-        selected=frozenset({"vrp"}),
-        accepted_at=1_700_000_000_000_000,
-        location="/a.json",
-        v4=b"".join(keys),
-        v4_expires=array("q", [4_070_908_800_000_000] * vrps),
-    )
-    return PersistedState(
-        store_id=store_id,
-        state_id=StateId(1, generation),
-        config_revision=0,
-        serial=generation,
-        session_ids=(1, 2, 3),
-        published_at=1_700_000_000_000_000 + generation,
-        package_version="test",
-        sources=(record,),
-    )
+def make_state(store_id: str, generation: int) -> PersistedState:
+    """A small state (50 VRPs, router keys, ASPAs) whose content depends on ``generation``."""
+    return crash_state(store_id, StateId(1, generation), 50)
 
 
 class Scripted:
@@ -95,7 +70,8 @@ class Scripted:
 
 
 @asynccontextmanager
-async def persister_on(tmp_path: Path) -> AsyncIterator[tuple[Persister, Scripted]]:
+async def persister_on(tmp_path: Path) -> AsyncIterator[tuple[Persister, Scripted, str]]:
+    """A running persister on a scripted SQLite backend, and the store id."""
     backend = SQLiteBackend(tmp_path / "state.db")
     await backend.open()
     scripted = Scripted(backend)
@@ -103,16 +79,15 @@ async def persister_on(tmp_path: Path) -> AsyncIterator[tuple[Persister, Scripte
     try:
         async with anyio.create_task_group() as tg:
             await tg.start(persister.run)
-            yield persister, scripted
+            assert scripted.store_id is not None
+            yield persister, scripted, scripted.store_id
             tg.cancel_scope.cancel()
     finally:
         assert await backend.close()
 
 
 async def test_states_offered_during_a_commit_are_coalesced(tmp_path: Path) -> None:
-    async with persister_on(tmp_path) as (persister, backend):
-        store = backend.store_id
-        assert store is not None
+    async with persister_on(tmp_path) as (persister, backend, store):
         backend.gate = anyio.Event()
         persister.offer(make_state(store, 1))
         with anyio.fail_after(TIMEOUT):
@@ -134,9 +109,7 @@ async def test_states_offered_during_a_commit_are_coalesced(tmp_path: Path) -> N
 
 
 async def test_transient_errors_are_retried(tmp_path: Path) -> None:
-    async with persister_on(tmp_path) as (persister, backend):
-        store = backend.store_id
-        assert store is not None
+    async with persister_on(tmp_path) as (persister, backend, store):
         backend.failures = [TransientError("database is locked"), TransientError("disk I/O")]
         persister.offer(make_state(store, 1))
         with anyio.fail_after(TIMEOUT):
@@ -148,9 +121,7 @@ async def test_transient_errors_are_retried(tmp_path: Path) -> None:
 
 
 async def test_a_lost_acknowledgement_is_an_idempotent_retry(tmp_path: Path) -> None:
-    async with persister_on(tmp_path) as (persister, backend):
-        store = backend.store_id
-        assert store is not None
+    async with persister_on(tmp_path) as (persister, backend, store):
         backend.fail_after_commit = [TransientError("connection lost after COMMIT")]
         persister.offer(make_state(store, 1))
         with anyio.fail_after(TIMEOUT):
@@ -163,9 +134,7 @@ async def test_a_lost_acknowledgement_is_an_idempotent_retry(tmp_path: Path) -> 
 
 
 async def test_a_permanent_error_stops_and_flush_says_so(tmp_path: Path) -> None:
-    async with persister_on(tmp_path) as (persister, backend):
-        store = backend.store_id
-        assert store is not None
+    async with persister_on(tmp_path) as (persister, backend, store):
         backend.failures = [CommitConflictError("stored state is 9.9, expected None")]
         persister.offer(make_state(store, 1))
         with anyio.fail_after(TIMEOUT), pytest.raises(PersisterStoppedError):
