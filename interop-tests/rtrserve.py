@@ -18,7 +18,7 @@ import sys
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -29,13 +29,13 @@ REAL_TABLE_NEXT = DATA / "rpkilog/rpkiclient_summary_20250720T100145Z.json.bz2"
 #: Build time of REAL_TABLE: every entry of both real files is valid then.
 REAL_REFERENCE_TIME = "2025-07-20T09:31:33Z"
 RTR_SERVE = Path(sys.executable).with_name("rtr-serve")
-#: The time stamp that starts every log line (logging's asctime, local time).
-LOG_TIME_FORMAT = "%Y-%m-%d %H:%M:%S,%f"
+#: The time stamp that starts every text log line: RFC 3339, UTC, milliseconds (then "Z").
+LOG_TIME_FORMAT = "%Y-%m-%dT%H:%M:%S.%f"
 
 
 def log_line_time(line: str) -> float:
     """The Unix time at which rtr-serve wrote ``line`` (millisecond resolution)."""
-    return datetime.strptime(line[:23], LOG_TIME_FORMAT).timestamp()
+    return datetime.strptime(line[:23], LOG_TIME_FORMAT).replace(tzinfo=UTC).timestamp()
 
 
 def free_port() -> int:

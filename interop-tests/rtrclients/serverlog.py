@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from rtrserve import RtrServe, log_line_time
 
-CONNECTED = re.compile(r"router (\S+) connected$")
+CONNECTED = re.compile(r"router (\S+) connected(?: over \S+)? \(\d+ connections\)$")
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def peer_log(server: RtrServe, peer: str) -> PeerLog:
     for line in server.log.splitlines():
         if f"router {peer}" not in line:
             continue
-        if line.endswith(f"router {peer} connected"):
+        if CONNECTED.search(line) and f"router {peer} connected" in line:
             story.connected += 1
         elif m := reset.search(line):
             story.resets.append(Reset(int(m[1]), int(m[2]), int(m[3]), log_line_time(line)))

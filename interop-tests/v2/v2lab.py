@@ -824,15 +824,15 @@ class OpenBgpd(Daemon):
 # ----------------------------------------------------------------------------- rtr-serve log
 
 
-LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}) ")
+LOG_TIME = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3})Z ")
 
 
 def log_time(line: str) -> float:
-    """Unix time of a log line (local time, as the logging module writes it)."""
+    """Unix time of a log line (RFC 3339 UTC, as rtr-serve's text format writes it)."""
     match = LOG_TIME.match(line)
     if not match:
         raise ValueError(f"no timestamp: {line!r}")
-    return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    return datetime.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S.%f").replace(tzinfo=UTC).timestamp()
 
 
 def published_at(log: str, serial: int) -> float:
