@@ -7,8 +7,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +26,7 @@ from tests.server.helpers import (
     write_export,
 )
 from tests.server.rtr_client import PayloadPdu, Response, RtrClient
-
-RTR_SERVE = str(Path(sys.executable).parent / "rtr-serve")
+from tests.server.test_cli import run_cli
 
 
 def slurm(**members: list[dict[str, Any]]) -> str:
@@ -133,22 +130,18 @@ async def test_slurm_changes_in_the_next_serial(
 # ---------------------------------------------------------------- start-up and configuration
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [RTR_SERVE, *args], capture_output=True, text=True, timeout=30, check=False
-    )
-
-
 def test_invalid_slurm_at_start_exits_2(export_path: Path, tmp_path: Path) -> None:
     missing = tmp_path / "missing.json"
-    result = run("--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(missing))
+    result = run_cli(
+        "--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(missing)
+    )
     assert result.returncode == 2, result
     assert result.stderr == (
         f"rtr-serve: error: --slurm: {missing}: cannot read: No such file or directory\n"
     )
     bad = tmp_path / "bad.json"
     bad.write_text(INVALID)
-    result = run("--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(bad))
+    result = run_cli("--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(bad))
     assert result.returncode == 2, result
     assert result.stderr == (
         f"rtr-serve: error: --slurm: {bad}: locallyAddedAssertions.prefixAssertions[0]."
@@ -160,7 +153,7 @@ def test_overlapping_slurm_files_at_start_exit_2(export_path: Path, tmp_path: Pa
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     a.write_text(slurm(prefixFilters=[{"prefix": "10.0.0.0/8"}]))
     b.write_text(slurm(prefixFilters=[{"prefix": "10.1.0.0/16", "asn": 1}]))
-    result = run("--source", str(export_path), "--slurm", str(a), "--slurm", str(b))
+    result = run_cli("--source", str(export_path), "--slurm", str(a), "--slurm", str(b))
     assert result.returncode == 2, result
     assert len(result.stderr.splitlines()) == 1
     assert "SLURM files overlap (RFC 8416 §4.2)" in result.stderr
@@ -172,13 +165,13 @@ def test_config_file_slurm_key(tmp_path: Path) -> None:
     conf = tmp_path / "rtr.toml"
     conf.write_text(f'[server]\nslurm = ["{local}"]\n[[sources]]\nurl = "x.json"\n')
     assert parse_config(conf.read_text()).server["slurm"] == [str(local)]
-    done = run("check-config", str(conf))
+    done = run_cli("check-config", str(conf))
     assert done.returncode == 0, done.stderr
     assert f"  slurm {local}: prefixFilters=1, prefixAssertions=1, aspaAssertions=1\n" in (
         done.stdout
     )
     local.write_text(INVALID)
-    done = run("check-config", str(conf))
+    done = run_cli("check-config", str(conf))
     assert done.returncode == 2
     assert done.stderr == (
         f"rtr-serve: {conf}: server.slurm: {local}: locallyAddedAssertions.prefixAssertions[0]."
