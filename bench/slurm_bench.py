@@ -10,7 +10,6 @@ checked against a naive recomputation over `Vrp` objects (several seconds per po
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -22,6 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from snapshot import Snapshot
 from snapshot.slurm import SlurmPolicy, parse_slurm
 from snapshot.slurm_apply import apply_policy
+from tests.slurm_docs import slurm_json
 from upstream.json_format import decompress, parse_export
 
 TABLE = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
@@ -29,14 +29,7 @@ REFERENCE_TIME = 1753003893
 
 
 def document(**members: list[dict[str, Any]]) -> bytes:
-    filters = ("prefixFilters", "bgpsecFilters", "aspaFilters")
-    assertions = ("prefixAssertions", "bgpsecAssertions", "aspaAssertions")
-    doc = {
-        "slurmVersion": 2,
-        "validationOutputFilters": {k: members.get(k, []) for k in filters},
-        "locallyAddedAssertions": {k: members.get(k, []) for k in assertions},
-    }
-    return json.dumps(doc).encode()
+    return slurm_json(**members).encode()
 
 
 def policies(table: Snapshot) -> dict[str, SlurmPolicy]:

@@ -26,6 +26,7 @@ Reading the file does no network I/O; a source URL is only parsed.
 from __future__ import annotations
 
 import tomllib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -148,19 +149,11 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
             raise ConfigError(f"server.{key}: must be a list of HOST:PORT strings")
     if "allow" in server:
         _networks(server["allow"], "server.allow")
-    listeners = _parse_listeners(doc.get("listeners", []))
+    listeners = _parse_listeners(doc)
     if "slurm" in server and not all(isinstance(a, str) and a for a in server["slurm"]):
         raise ConfigError("server.slurm: must be a list of SLURM file paths")
-    raw_groups = doc.get("groups", [])
-    if not isinstance(raw_groups, list):
-        raise ConfigError("groups: must be an array of tables ([[groups]])")
     groups: list[GroupConfig] = []
-    for i, raw in enumerate(raw_groups):
-        path = f"groups[{i}]"
-        table = _check_table(raw, path, GROUP_KEYS)
-        for required in ("name", "priority"):
-            if required not in table:
-                raise ConfigError(f"{path}.{required}: missing")
+    for path, table in _array_of_tables(doc, "groups", GROUP_KEYS, ("name", "priority")):
         try:
             groups.append(GroupConfig(**table))
         except ValueError as exc:
@@ -174,16 +167,9 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
                     f"groups[{i}].{key}: {value!r} already used by groups[{seen[value]}]"
                 )
             seen[value] = i
-    raw_sources = doc.get("sources", [])
-    if not isinstance(raw_sources, list):
-        raise ConfigError("sources: must be an array of tables ([[sources]])")
     group_names = {g.name for g in groups}
     sources: list[SourceConfig] = []
-    for i, raw in enumerate(raw_sources):
-        path = f"sources[{i}]"
-        table = _check_table(raw, path, SOURCE_KEYS)
-        if "url" not in table:
-            raise ConfigError(f"{path}.url: missing")
+    for path, table in _array_of_tables(doc, "sources", SOURCE_KEYS, ("url",)):
         scheme = table["url"].partition("://")[0] if "://" in table["url"] else ""
         kind = "http" if scheme == "https" else scheme
         for key in sorted(set(table) - KEYS_BY_KIND.get(kind, set(table))):
@@ -248,15 +234,31 @@ def _networks(value: list[Any], path: str) -> tuple[Any, ...]:
     return parse_networks(value)
 
 
-def _parse_listeners(raw_listeners: object) -> tuple[ListenAddress, ...]:
-    if not isinstance(raw_listeners, list):
-        raise ConfigError("listeners: must be an array of tables ([[listeners]])")
+def _array_of_tables(
+    doc: dict[str, Any],
+    section: str,
+    keys: dict[str, type | tuple[type, ...]],
+    required: tuple[str, ...],
+) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The ``[[section]]`` tables one by one, each checked and with its key path (for errors).
+
+    Lazy, so a table's own later checks fail before the next table is looked at.
+    """
+    value = doc.get(section, [])
+    if not isinstance(value, list):
+        raise ConfigError(f"{section}: must be an array of tables ([[{section}]])")
+    for i, raw in enumerate(value):
+        path = f"{section}[{i}]"
+        table = _check_table(raw, path, keys)
+        for key in required:
+            if key not in table:
+                raise ConfigError(f"{path}.{key}: missing")
+        yield path, table
+
+
+def _parse_listeners(doc: dict[str, Any]) -> tuple[ListenAddress, ...]:
     listeners: list[ListenAddress] = []
-    for i, raw in enumerate(raw_listeners):
-        path = f"listeners[{i}]"
-        table = _check_table(raw, path, LISTENER_KEYS)
-        if "address" not in table:
-            raise ConfigError(f"{path}.address: missing")
+    for path, table in _array_of_tables(doc, "listeners", LISTENER_KEYS, ("address",)):
         try:
             address = parse_listen(table["address"])
         except ValueError as exc:

@@ -79,19 +79,21 @@ def _builder(
 def _leaf_usage(builder: x509.CertificateBuilder) -> x509.CertificateBuilder:
     return builder.add_extension(
         x509.BasicConstraints(ca=False, path_length=None), critical=True
-    ).add_extension(
-        x509.KeyUsage(
-            digital_signature=True,
-            content_commitment=False,
-            key_encipherment=False,
-            data_encipherment=False,
-            key_agreement=False,
-            key_cert_sign=False,
-            crl_sign=False,
-            encipher_only=False,
-            decipher_only=False,
-        ),
-        critical=True,
+    ).add_extension(_key_usage(issues_certificates=False), critical=True)
+
+
+def _key_usage(*, issues_certificates: bool) -> x509.KeyUsage:
+    """Key usage: keyCertSign and cRLSign for a CA, else digitalSignature; nothing more."""
+    return x509.KeyUsage(
+        digital_signature=not issues_certificates,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=issues_certificates,
+        crl_sign=issues_certificates,
+        encipher_only=False,
+        decipher_only=False,
     )
 
 
@@ -157,20 +159,7 @@ def generate(
     ca_cert = (
         _builder(ca_subject, ca_subject, ca_key, ca_key, now=now, days=days)
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(
-            x509.KeyUsage(
-                digital_signature=False,
-                content_commitment=False,
-                key_encipherment=False,
-                data_encipherment=False,
-                key_agreement=False,
-                key_cert_sign=True,
-                crl_sign=True,
-                encipher_only=False,
-                decipher_only=False,
-            ),
-            critical=True,
-        )
+        .add_extension(_key_usage(issues_certificates=True), critical=True)
         .sign(ca_key, hashes.SHA256())
     )
     pairs: list[tuple[x509.Certificate, ec.EllipticCurvePrivateKey]] = [(ca_cert, ca_key)]

@@ -15,7 +15,7 @@ from rtr_server.app import AppConfig
 from rtr_server.cli import apply_config_file, build_parser, config_from_args
 from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings
 from tests.server.helpers import base_export, write_export
-from tests.server.test_cli import DEADLINE, RTR_SERVE
+from tests.server.test_cli import DEADLINE, RTR_SERVE, run_cli
 
 CONFIG = """
 [server]
@@ -68,13 +68,7 @@ def test_config_file_keys(tmp_path: Path) -> None:
     # The command line overrides the file.
     http = http_of("--config", str(path), "--http", "127.0.0.1:9090")
     assert http.listen.port == 9090
-    result = subprocess.run(
-        [RTR_SERVE, "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("check-config", str(path))
     assert result.returncode == 0, result.stderr
     assert "  http: 127.0.0.1:8080\n" in result.stdout
 
@@ -89,13 +83,7 @@ def test_config_file_keys(tmp_path: Path) -> None:
     ],
 )
 def test_bad_http_arguments_exit_2(args: list[str], mentions: str, tmp_path: Path) -> None:
-    result = subprocess.run(
-        [RTR_SERVE, "--source", str(tmp_path / "x.json"), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("--source", str(tmp_path / "x.json"), *args)
     assert result.returncode == 2, result
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr
@@ -113,13 +101,7 @@ def test_bad_http_arguments_exit_2(args: list[str], mentions: str, tmp_path: Pat
 def test_bad_config_keys(tmp_path: Path, line: str, mentions: str) -> None:
     path = tmp_path / "rtr.toml"
     path.write_text(f'[server]\n{line}\n[[sources]]\nurl = "x.json"\n')
-    result = subprocess.run(
-        [RTR_SERVE, "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("check-config", str(path))
     assert result.returncode == 2, result
     assert mentions in result.stderr
     assert result.stderr.startswith(f"rtr-serve: {path}")

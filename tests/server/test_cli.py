@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,13 @@ PYTHON_M = [sys.executable, "-m", "rtr_server.cli"]
 DEADLINE = 10.0
 
 
+def run_cli(*args: str, command: Sequence[str] = (RTR_SERVE,)) -> subprocess.CompletedProcess[str]:
+    """``command args`` run to its end (30 s at most), its output captured as text."""
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=30, check=False
+    )
+
+
 BAD_ARGUMENTS = {
     "refresh-0": (["--refresh", "0"], "refresh"),
     "listen-nonsense": (["--listen", "nonsense"], "nonsense"),
@@ -50,13 +58,7 @@ BAD_ARGUMENTS = {
 @pytest.mark.parametrize("case", list(BAD_ARGUMENTS))
 def test_bad_arguments_exit_2_with_one_line(export_path: Path, case: str) -> None:
     args, mentions = BAD_ARGUMENTS[case]
-    result = subprocess.run(
-        [RTR_SERVE, "--source", str(export_path), *args],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("--source", str(export_path), *args)
     assert result.returncode == 2, result
     assert result.stdout == ""
     lines = result.stderr.splitlines()
@@ -68,13 +70,7 @@ def test_bad_arguments_exit_2_with_one_line(export_path: Path, case: str) -> Non
 
 @pytest.mark.parametrize("command", [[RTR_SERVE], PYTHON_M], ids=["console-script", "python-m"])
 def test_missing_source_exits_2(command: list[str]) -> None:
-    result = subprocess.run(
-        [*command, "--listen", "127.0.0.1:0"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    result = run_cli("--listen", "127.0.0.1:0", command=command)
     assert result.returncode == 2, result
     lines = result.stderr.splitlines()
     assert len(lines) == 1, result.stderr

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from rtr_server.cli import apply_config_file, build_parser, config_from_args
 from rtr_server.config_file import ConfigError, parse_config
+from tests.server.test_cli import PYTHON_M, run_cli
 from upstream.config import GroupConfig, SourceConfig
 
 GOOD = """
@@ -135,13 +135,7 @@ def test_command_line_overrides_the_file(tmp_path: Path) -> None:
 
 
 def run_check(path: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "rtr_server.cli", "check-config", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    return run_cli("check-config", str(path), command=PYTHON_M)
 
 
 def test_check_config_valid_and_invalid(tmp_path: Path) -> None:

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import re
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,9 +15,8 @@ from rtr_server.cli import apply_config_file, build_parser, config_from_args
 from rtr_server.config_file import ConfigError, parse_config
 from rtr_server.gen_cert import generate
 from rtr_server.settings import ListenAddress
+from tests.server.test_cli import run_cli
 from tests.server.tls_helpers import LabCerts, make_certs
-
-RTR_SERVE = str(Path(sys.executable).parent / "rtr-serve")
 
 
 @pytest.fixture(scope="module")
@@ -116,12 +113,6 @@ def test_file_errors_name_the_key(text: str, message: str) -> None:
         parse_config(text)
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [RTR_SERVE, *args], capture_output=True, text=True, timeout=30, check=False
-    )
-
-
 def bad_files(certs: LabCerts, tmp_path: Path) -> dict[str, tuple[list[str], str]]:
     d = certs.directory
     cert, key = str(d / "server.pem"), str(d / "server-key.pem")
@@ -183,7 +174,7 @@ def test_bad_tls_setup_exits_2_with_one_line(
     case: str, certs: LabCerts, tmp_path: Path, export_path: Path
 ) -> None:
     args, mentions = bad_files(certs, tmp_path)[case]
-    done = run("--source", str(export_path), "--listen-tls", "127.0.0.1:0", *args)
+    done = run_cli("--source", str(export_path), "--listen-tls", "127.0.0.1:0", *args)
     assert done.returncode == 2, done
     assert done.stdout == ""
     lines = done.stderr.splitlines()
@@ -195,7 +186,7 @@ def test_bad_tls_setup_exits_2_with_one_line(
 def test_check_config_shows_tls_and_listeners(tmp_path: Path, certs: LabCerts) -> None:
     path = tmp_path / "c.toml"
     path.write_text(config_text(certs))
-    done = run("check-config", str(path))
+    done = run_cli("check-config", str(path))
     assert done.returncode == 0, done.stderr
     assert (
         "  listen: 127.0.0.1:8323 allow 192.0.2.0/24, [::1]:324 tls allow "
@@ -203,7 +194,7 @@ def test_check_config_shows_tls_and_listeners(tmp_path: Path, certs: LabCerts) -
     ) in done.stdout
     assert f"router certificates from {certs.ca}" in done.stdout
     path.write_text(config_text(certs).replace('tls_key = "', 'tls_key = "/nonexistent'))
-    done = run("check-config", str(path))
+    done = run_cli("check-config", str(path))
     assert done.returncode == 2
     assert len(done.stderr.splitlines()) == 1
     assert "TLS key /nonexistent" in done.stderr

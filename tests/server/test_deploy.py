@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rtr_server.cli import build_check_config_parser, build_parser, check_config
-from tests.server.test_cli import RTR_SERVE
+from tests.server.test_cli import RTR_SERVE, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "contrib" / "systemd" / "rtr-serve.service"
@@ -160,14 +160,10 @@ def test_help_reads_like_a_manual_page() -> None:
 
 def test_help_and_subcommand_help_exit_0() -> None:
     for args in (["--help"], ["check-config", "--help"]):
-        done = subprocess.run(
-            [RTR_SERVE, *args], capture_output=True, text=True, timeout=30, check=False
-        )
+        done = run_cli(*args)
         assert done.returncode == 0, done.stderr
         assert done.stdout.startswith("usage: rtr-serve")
         assert "exit status:" in done.stdout
-    done = subprocess.run(
-        [RTR_SERVE, "check-config"], capture_output=True, text=True, timeout=30, check=False
-    )
+    done = run_cli("check-config")
     assert done.returncode == 2
     assert "FILE" in done.stderr

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import ipaddress
 import stat
-import subprocess
-import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -17,8 +15,8 @@ from cryptography.x509.oid import ExtendedKeyUsageOID
 
 from rtr_server.gen_cert import BACKDATE, generate
 from rtr_server.tls import certificate_ip_addresses
+from tests.server.test_cli import run_cli
 
-RTR_SERVE = str(Path(sys.executable).parent / "rtr-serve")
 V4 = ipaddress.IPv4Address
 V6 = ipaddress.IPv6Address
 
@@ -97,8 +95,8 @@ def test_generate_refuses_bad_arguments(tmp_path: Path) -> None:
 
 def test_gen_cert_command(tmp_path: Path) -> None:
     lab = tmp_path / "lab"
-    command = [RTR_SERVE, "gen-cert", str(lab), "--router-ip", "127.0.0.2", "--days", "7"]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    args = ["gen-cert", str(lab), "--router-ip", "127.0.0.2", "--days", "7"]
+    done = run_cli(*args)
     assert done.returncode == 0, done.stderr
     assert f"router 127.0.0.2: {lab / 'router-127.0.0.2.pem'}" in done.stdout
     assert f"--tls-client-ca {lab / 'ca.pem'}" in done.stdout
@@ -113,7 +111,7 @@ def test_gen_cert_command(tmp_path: Path) -> None:
     server = load(lab / "server.pem")
     assert server.not_valid_after_utc - server.not_valid_before_utc == timedelta(days=7) + BACKDATE
     # A second run would overwrite: one line, exit 2.
-    again = subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+    again = run_cli(*args)
     assert again.returncode == 2
     assert again.stderr.count("\n") == 1
     assert "exists; not overwriting" in again.stderr

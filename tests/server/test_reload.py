@@ -5,6 +5,8 @@ nothing that is served."""
 from __future__ import annotations
 
 import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -80,6 +82,13 @@ class Setup:
             configure_logging=self.logging_changes.append,
         )
 
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[tuple[App, Reloader]]:
+        """The app of the file as it is now, running, with its reloader."""
+        process = self.load()
+        async with running_app(process.app) as app:
+            yield app, self.reloader(app, process)
+
 
 def reload_records(caplog: pytest.LogCaptureFixture) -> list[logging.LogRecord]:
     return [r for r in caplog.records if getattr(r, "event", None) == "config_reload"]
@@ -90,9 +99,7 @@ async def test_reload_adds_a_source_and_routers_get_the_diff(
 ) -> None:
     caplog.set_level(logging.INFO)
     setup = Setup(tmp_path)
-    process = setup.load()
-    async with running_app(process.app) as app, await RtrClient.connect(port_of(app)) as client:
-        reloader = setup.reloader(app, process)
+    async with setup.running() as (app, reloader), await RtrClient.connect(port_of(app)) as client:
         first = await client.reset(2)
         held = RouterState().apply(first.payload)
         assert held == expected_state(base_export(), 2)
@@ -128,9 +135,7 @@ async def test_broken_file_keeps_everything(
 ) -> None:
     caplog.set_level(logging.INFO)
     setup = Setup(tmp_path)
-    process = setup.load()
-    async with running_app(process.app) as app, await RtrClient.connect(port_of(app)) as client:
-        reloader = setup.reloader(app, process)
+    async with setup.running() as (app, reloader), await RtrClient.connect(port_of(app)) as client:
         first = await client.reset(2)
         config, state = client_of(app).config, app.state
         for broken, reason in [
@@ -163,9 +168,7 @@ async def test_refused_source_changes_nothing(
 ) -> None:
     caplog.set_level(logging.INFO)
     setup = Setup(tmp_path)
-    process = setup.load()
-    async with running_app(process.app) as app:
-        reloader = setup.reloader(app, process)
+    async with setup.running() as (app, reloader):
         config, sources = client_of(app).config, app.sources
         # Loads and validates, but the client cannot build the source: no CA file there.
         setup.file.write_text(
@@ -189,9 +192,7 @@ async def test_restart_only_options_are_named_and_kept(
 ) -> None:
     caplog.set_level(logging.INFO)
     setup = Setup(tmp_path)
-    process = setup.load()
-    async with running_app(process.app) as app:
-        reloader = setup.reloader(app, process)
+    async with setup.running() as (app, reloader):
         settings = app.server.settings
         setup.file.write_text(
             config_text(
@@ -236,9 +237,7 @@ async def test_without_config_file_nothing_to_reload(
 
 async def test_serve_reloads_once_per_signal(tmp_path: Path) -> None:
     setup = Setup(tmp_path)
-    process = setup.load()
-    async with running_app(process.app) as app:
-        reloader = setup.reloader(app, process)
+    async with setup.running() as (app, reloader):
         send, receive = anyio.create_memory_object_stream[int](4)
         with receive:
             async with anyio.create_task_group() as tg:

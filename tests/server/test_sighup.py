@@ -9,7 +9,8 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO, Any
 
@@ -117,6 +118,18 @@ def stop(proc: subprocess.Popen[bytes], log: JsonLog) -> None:
     assert not [line for line in log.lines if "unparsable" in line], "".join(log.raw)
 
 
+@contextmanager
+def rtr_serve(*args: str) -> Iterator[tuple[subprocess.Popen[bytes], JsonLog]]:
+    """``rtr-serve args`` with its JSON log read; `stop`ped (and checked) on the way out."""
+    proc = subprocess.Popen([RTR_SERVE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    assert proc.stderr is not None
+    log = JsonLog(proc.stderr)
+    try:
+        yield proc, log
+    finally:
+        stop(proc, log)
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_sighup_adds_a_source_and_survives_a_broken_file(tmp_path: Path, backend: str) -> None:
     a, b, cfg = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "rtr-serve.toml"
@@ -124,57 +137,50 @@ def test_sighup_adds_a_source_and_survives_a_broken_file(tmp_path: Path, backend
     write_export(b, EXTRA)
     port = free_port()
     cfg.write_text(config_text(port, a))
-    proc = subprocess.Popen(
-        [RTR_SERVE, "--config", str(cfg), "--async-backend", backend],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    log = JsonLog(proc.stderr)
-    try:
-        with connect_with_retry(port, proc) as sock:
-            sock.settimeout(5.0)
-            framer = PduFramer()
-            serial, payload = reset_until_data(sock, framer)
-            held = RouterState().apply(payload)
-            assert held == expected_state(base_export(), 2)
-            session = log.wait_for(lambda e: e.get("event") == "publish")["session_ids"]["v2"]
+    with (
+        rtr_serve("--config", str(cfg), "--async-backend", backend) as (proc, log),
+        connect_with_retry(port, proc) as sock,
+    ):
+        sock.settimeout(5.0)
+        framer = PduFramer()
+        serial, payload = reset_until_data(sock, framer)
+        held = RouterState().apply(payload)
+        assert held == expected_state(base_export(), 2)
+        session = log.wait_for(lambda e: e.get("event") == "publish")["session_ids"]["v2"]
 
-            # Add a second source to the file and reload.
-            cfg.write_text(config_text(port, a, b))
-            proc.send_signal(signal.SIGHUP)
-            reloaded = log.wait_for(lambda e: e.get("event") == "config_reload")
-            assert reloaded["outcome"] == "applied", reloaded
-            assert reloaded["changed"] == ["sources"]
-            notify = read_pdu(sock, framer)
-            assert isinstance(notify, SerialNotify), notify
-            assert notify.serial == serial + 1
-            sock.sendall(serial_query(2, session, serial))
-            response, delta, new_serial = read_response(sock, framer)
-            assert response.session_id == session
-            assert new_serial == serial + 1
-            held = held.apply(delta)
-            merged = base_export()
-            merged["roas"] += EXTRA["roas"]
-            assert held == expected_state(merged, 2)
+        # Add a second source to the file and reload.
+        cfg.write_text(config_text(port, a, b))
+        proc.send_signal(signal.SIGHUP)
+        reloaded = log.wait_for(lambda e: e.get("event") == "config_reload")
+        assert reloaded["outcome"] == "applied", reloaded
+        assert reloaded["changed"] == ["sources"]
+        notify = read_pdu(sock, framer)
+        assert isinstance(notify, SerialNotify), notify
+        assert notify.serial == serial + 1
+        sock.sendall(serial_query(2, session, serial))
+        response, delta, new_serial = read_response(sock, framer)
+        assert response.session_id == session
+        assert new_serial == serial + 1
+        held = held.apply(delta)
+        merged = base_export()
+        merged["roas"] += EXTRA["roas"]
+        assert held == expected_state(merged, 2)
 
-            # A broken file: logged with the reason, nothing changes.
-            cfg.write_text("[server\nlisten = nonsense\n")
-            proc.send_signal(signal.SIGHUP)
-            failed = log.wait_for(
-                lambda e: e.get("event") == "config_reload" and e["outcome"] == "failed"
-            )
-            assert failed["level"] == "error"
-            assert "not valid TOML" in failed["error"]
-            assert str(cfg) in failed["msg"]
-            sock.sendall(serial_query(2, session, new_serial))
-            _, nothing, same = read_response(sock, framer)
-            assert (nothing, same) == ([], new_serial)
-            again, full = reset_until_data(sock, framer)
-            assert again == new_serial
-            assert RouterState().apply(full) == expected_state(merged, 2)
-    finally:
-        stop(proc, log)
+        # A broken file: logged with the reason, nothing changes.
+        cfg.write_text("[server\nlisten = nonsense\n")
+        proc.send_signal(signal.SIGHUP)
+        failed = log.wait_for(
+            lambda e: e.get("event") == "config_reload" and e["outcome"] == "failed"
+        )
+        assert failed["level"] == "error"
+        assert "not valid TOML" in failed["error"]
+        assert str(cfg) in failed["msg"]
+        sock.sendall(serial_query(2, session, new_serial))
+        _, nothing, same = read_response(sock, framer)
+        assert (nothing, same) == ([], new_serial)
+        again, full = reset_until_data(sock, framer)
+        assert again == new_serial
+        assert RouterState().apply(full) == expected_state(merged, 2)
     assert len(log.events("config_reload")) == 2
     assert [e["serial"] for e in log.events("publish")] == [serial, serial + 1]
     changes = [(e["source"], e["old"], e["new"]) for e in log.events("source_state")]
@@ -194,36 +200,19 @@ def test_sighup_adds_a_source_and_survives_a_broken_file(tmp_path: Path, backend
 
 def test_sighup_without_config_has_nothing_to_reload(export_path: Path) -> None:
     port = free_port()
-    proc = subprocess.Popen(
-        [
-            RTR_SERVE,
-            "--source",
-            str(export_path),
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--log-format",
-            "json",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stderr is not None
-    log = JsonLog(proc.stderr)
-    try:
-        with connect_with_retry(port, proc) as sock:
-            sock.settimeout(5.0)
-            framer = PduFramer()
-            serial, _ = reset_until_data(sock, framer)
-            proc.send_signal(signal.SIGHUP)
-            line = log.wait_for(lambda e: e.get("event") == "config_reload")
-            assert line["outcome"] == "no_config"
-            assert "nothing to reload" in line["msg"]
-            assert proc.poll() is None
-            again, _ = reset_until_data(sock, framer)
-            assert again == serial
-            assert not isinstance(read_pdu_nowait(sock, framer), ErrorReport)
-    finally:
-        stop(proc, log)
+    args = ["--source", str(export_path), "--listen", f"127.0.0.1:{port}", "--log-format", "json"]
+    with rtr_serve(*args) as (proc, log), connect_with_retry(port, proc) as sock:
+        sock.settimeout(5.0)
+        framer = PduFramer()
+        serial, _ = reset_until_data(sock, framer)
+        proc.send_signal(signal.SIGHUP)
+        line = log.wait_for(lambda e: e.get("event") == "config_reload")
+        assert line["outcome"] == "no_config"
+        assert "nothing to reload" in line["msg"]
+        assert proc.poll() is None
+        again, _ = reset_until_data(sock, framer)
+        assert again == serial
+        assert not isinstance(read_pdu_nowait(sock, framer), ErrorReport)
 
 
 def read_pdu_nowait(sock: Any, framer: PduFramer) -> object:

@@ -5,12 +5,8 @@ at start are configuration errors (exit 2, one line)."""
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import anyio
 import pytest
@@ -28,30 +24,18 @@ from tests.server.helpers import (
     write_export,
 )
 from tests.server.rtr_client import PayloadPdu, Response, RtrClient
-
-RTR_SERVE = str(Path(sys.executable).parent / "rtr-serve")
-
-
-def slurm(**members: list[dict[str, Any]]) -> str:
-    """A version 2 SLURM document with the given arrays (the others empty)."""
-    filters = ("prefixFilters", "bgpsecFilters", "aspaFilters")
-    assertions = ("prefixAssertions", "bgpsecAssertions", "aspaAssertions")
-    return json.dumps(
-        {
-            "slurmVersion": 2,
-            "validationOutputFilters": {k: members.get(k, []) for k in filters},
-            "locallyAddedAssertions": {k: members.get(k, []) for k in assertions},
-        }
-    )
-
+from tests.server.test_cli import run_cli
+from tests.slurm_docs import slurm_json
 
 #: Filters one VRP of `base_export`, asserts a new VRP and an ASPA of a new customer.
-CHANGE = slurm(
+CHANGE = slurm_json(
     prefixFilters=[{"prefix": "192.0.2.0/24", "asn": 64497, "comment": "leak"}],
     prefixAssertions=[{"prefix": "198.51.100.0/24", "asn": 64511}],
     aspaAssertions=[{"customerAsn": 64540, "providerAsns": [64541, 64542]}],
 )
-INVALID = slurm(prefixAssertions=[{"prefix": "198.51.100.0/24", "asn": 1, "maxPrefixLength": 23}])
+INVALID = slurm_json(
+    prefixAssertions=[{"prefix": "198.51.100.0/24", "asn": 1, "maxPrefixLength": 23}]
+)
 FILTERED = (4, 0xC0000200, 24, 24, 64497)  # 192.0.2.0/24-24 AS64497
 ASSERTED = (4, 0xC6336400, 24, 24, 64511)  # 198.51.100.0/24-24 AS64511
 
@@ -63,7 +47,7 @@ async def test_slurm_changes_in_the_next_serial(
 ) -> None:
     caplog.set_level(logging.INFO)
     local = tmp_path / "local.json"
-    write_export(local, slurm())
+    write_export(local, slurm_json())
     config = dataclasses.replace(app_config(export_path), slurm=(str(local),))
     async with (
         running_app(config) as app,
@@ -120,7 +104,7 @@ async def test_slurm_changes_in_the_next_serial(
         assert unchanged.end_of_data.serial == new_serial
 
         # Removing the policy brings the original table back in one more serial.
-        write_export(local, slurm())
+        write_export(local, slurm_json())
         await wait_until(
             lambda: app.state is not None and app.state.serial.value != new_serial,
             what="the serial after the SLURM file was emptied",
@@ -133,22 +117,18 @@ async def test_slurm_changes_in_the_next_serial(
 # ---------------------------------------------------------------- start-up and configuration
 
 
-def run(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [RTR_SERVE, *args], capture_output=True, text=True, timeout=30, check=False
-    )
-
-
 def test_invalid_slurm_at_start_exits_2(export_path: Path, tmp_path: Path) -> None:
     missing = tmp_path / "missing.json"
-    result = run("--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(missing))
+    result = run_cli(
+        "--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(missing)
+    )
     assert result.returncode == 2, result
     assert result.stderr == (
         f"rtr-serve: error: --slurm: {missing}: cannot read: No such file or directory\n"
     )
     bad = tmp_path / "bad.json"
     bad.write_text(INVALID)
-    result = run("--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(bad))
+    result = run_cli("--source", str(export_path), "--listen", "127.0.0.1:0", "--slurm", str(bad))
     assert result.returncode == 2, result
     assert result.stderr == (
         f"rtr-serve: error: --slurm: {bad}: locallyAddedAssertions.prefixAssertions[0]."
@@ -158,9 +138,9 @@ def test_invalid_slurm_at_start_exits_2(export_path: Path, tmp_path: Path) -> No
 
 def test_overlapping_slurm_files_at_start_exit_2(export_path: Path, tmp_path: Path) -> None:
     a, b = tmp_path / "a.json", tmp_path / "b.json"
-    a.write_text(slurm(prefixFilters=[{"prefix": "10.0.0.0/8"}]))
-    b.write_text(slurm(prefixFilters=[{"prefix": "10.1.0.0/16", "asn": 1}]))
-    result = run("--source", str(export_path), "--slurm", str(a), "--slurm", str(b))
+    a.write_text(slurm_json(prefixFilters=[{"prefix": "10.0.0.0/8"}]))
+    b.write_text(slurm_json(prefixFilters=[{"prefix": "10.1.0.0/16", "asn": 1}]))
+    result = run_cli("--source", str(export_path), "--slurm", str(a), "--slurm", str(b))
     assert result.returncode == 2, result
     assert len(result.stderr.splitlines()) == 1
     assert "SLURM files overlap (RFC 8416 §4.2)" in result.stderr
@@ -172,13 +152,13 @@ def test_config_file_slurm_key(tmp_path: Path) -> None:
     conf = tmp_path / "rtr.toml"
     conf.write_text(f'[server]\nslurm = ["{local}"]\n[[sources]]\nurl = "x.json"\n')
     assert parse_config(conf.read_text()).server["slurm"] == [str(local)]
-    done = run("check-config", str(conf))
+    done = run_cli("check-config", str(conf))
     assert done.returncode == 0, done.stderr
     assert f"  slurm {local}: prefixFilters=1, prefixAssertions=1, aspaAssertions=1\n" in (
         done.stdout
     )
     local.write_text(INVALID)
-    done = run("check-config", str(conf))
+    done = run_cli("check-config", str(conf))
     assert done.returncode == 2
     assert done.stderr == (
         f"rtr-serve: {conf}: server.slurm: {local}: locallyAddedAssertions.prefixAssertions[0]."

@@ -24,6 +24,7 @@ from snapshot.slurm import (
     decode_base64,
     parse_slurm,
 )
+from tests.slurm_docs import slurm_document
 
 SKI = bytes(range(1, 21))
 SKI_B64URL = base64.urlsafe_b64encode(SKI).decode().rstrip("=")
@@ -36,25 +37,13 @@ def b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode().rstrip("=")
 
 
-def document(version: int = 2, **members: list[Any]) -> dict[str, Any]:
-    """A SLURM document with the given arrays (the others empty)."""
-    filters = ["prefixFilters", "bgpsecFilters"] + (["aspaFilters"] if version == 2 else [])
-    assertions = ["prefixAssertions", "bgpsecAssertions"]
-    assertions += ["aspaAssertions"] if version == 2 else []
-    return {
-        "slurmVersion": version,
-        "validationOutputFilters": {k: members.get(k, []) for k in filters},
-        "locallyAddedAssertions": {k: members.get(k, []) for k in assertions},
-    }
-
-
 def parse(doc: object, name: str = "f.json") -> SlurmPolicy:
     return parse_slurm(json.dumps(doc).encode(), name)
 
 
 def full_document() -> dict[str, Any]:
     """One entry of every kind and shape."""
-    return document(
+    return slurm_document(
         prefixFilters=[
             {"prefix": "192.0.2.0/24", "comment": "everything inside"},
             {"asn": 64496},
@@ -107,20 +96,20 @@ def test_full_document() -> None:
 
 
 def test_empty_documents() -> None:
-    assert parse(document(1)) == EMPTY_POLICY
-    assert parse(document(2)) == EMPTY_POLICY
+    assert parse(slurm_document(1)) == EMPTY_POLICY
+    assert parse(slurm_document(2)) == EMPTY_POLICY
     assert EMPTY_POLICY.is_empty()
     assert EMPTY_POLICY.summary() == "empty"
 
 
 def test_version_1_has_prefix_and_bgpsec_only() -> None:
-    doc = document(1, prefixFilters=[{"asn": 1}], bgpsecAssertions=[])
+    doc = slurm_document(1, prefixFilters=[{"asn": 1}], bgpsecAssertions=[])
     assert parse(doc).prefix_filters == (PrefixFilter(None, 1),)
 
 
 def test_comments_and_origins_do_not_change_equality() -> None:
-    a = parse(document(prefixFilters=[{"asn": 1, "comment": "a"}]), "a.json")
-    b = parse(document(prefixFilters=[{"asn": 1}]), "b.json")
+    a = parse(slurm_document(prefixFilters=[{"asn": 1, "comment": "a"}]), "a.json")
+    b = parse(slurm_document(prefixFilters=[{"asn": 1}]), "b.json")
     assert a == b
 
 
@@ -134,7 +123,7 @@ def test_comments_and_origins_do_not_change_equality() -> None:
     ],
 )
 def test_ski_base64_forms(text: str) -> None:
-    assert parse(document(bgpsecFilters=[{"SKI": text}])).bgpsec_filters[0].ski == SKI
+    assert parse(slurm_document(bgpsecFilters=[{"SKI": text}])).bgpsec_filters[0].ski == SKI
 
 
 def test_decode_base64_alphabets() -> None:
@@ -149,23 +138,23 @@ def test_decode_base64_alphabets() -> None:
 
 
 def test_routinator_aspa_spellings() -> None:
-    doc = document(
+    doc = slurm_document(
         aspaFilters=[{"customerAsid": 64500}],
         aspaAssertions=[{"customerAsid": 64501, "providerSet": [64502, 64503]}],
     )
     policy = parse(doc)
     assert policy.aspa_filters == (AspaFilter(64500),)
     assert [a.aspa for a in policy.aspa_assertions] == [Aspa(64501, (64502, 64503))]
-    doc = document(aspaAssertions=[{"customerAsid": 64501, "providerSet": [64503, 64502]}])
+    doc = slurm_document(aspaAssertions=[{"customerAsid": 64501, "providerSet": [64503, 64502]}])
     with pytest.raises(SlurmError, match=r"aspaAssertions\[0\]\.providerSet\[1\]: 64502 after"):
         parse(doc)
-    doc = document(aspaAssertions=[{"customerAsid": 0, "providerSet": [1]}])
+    doc = slurm_document(aspaAssertions=[{"customerAsid": 0, "providerSet": [1]}])
     with pytest.raises(SlurmError, match=r"aspaAssertions\[0\]\.customerAsid: AS0 cannot be"):
         parse(doc)
 
 
 def test_aspa_as0_alone_is_no_providers() -> None:
-    policy = parse(document(aspaAssertions=[{"customerAsn": 7, "providerAsns": [0]}]))
+    policy = parse(slurm_document(aspaAssertions=[{"customerAsn": 7, "providerAsns": [0]}]))
     assert policy.aspa_assertions[0].aspa == Aspa(7, (0,))
 
 
@@ -213,7 +202,7 @@ def test_duplicate_member() -> None:
 
 
 def test_nan_is_not_a_number() -> None:
-    text = json.dumps(document(prefixFilters=[{"asn": 1}])).replace("1}", "NaN}")
+    text = json.dumps(slurm_document(prefixFilters=[{"asn": 1}])).replace("1}", "NaN}")
     with pytest.raises(SlurmError, match="NaN is not a JSON number"):
         parse_slurm(text, "f.json")
 
@@ -316,14 +305,16 @@ def test_invalid(path: str, value: Any, message: str) -> None:
 
 
 def test_aspa_members_need_version_2() -> None:
-    doc = document(1)
+    doc = slurm_document(1)
     doc[F]["aspaFilters"] = []
     with pytest.raises(SlurmError, match=r"f\.json: validationOutputFilters\.aspaFilters: unknown"):
         parse(doc)
 
 
 def test_too_many_aspa_providers() -> None:
-    doc = document(aspaAssertions=[{"customerAsn": 1, "providerAsns": list(range(2, 16_400))}])
+    doc = slurm_document(
+        aspaAssertions=[{"customerAsn": 1, "providerAsns": list(range(2, 16_400))}]
+    )
     with pytest.raises(SlurmError, match=r"providerAsns: more than 16380 providers"):
         parse(doc)
 
@@ -332,7 +323,7 @@ def test_too_many_aspa_providers() -> None:
 
 
 def one(name: str, **members: list[Any]) -> SlurmPolicy:
-    return parse(document(2, **members), name)
+    return parse(slurm_document(2, **members), name)
 
 
 def test_combine_concatenates_in_order() -> None:

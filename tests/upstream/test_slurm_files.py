@@ -3,7 +3,6 @@ and the `Client` applying the policy to every snapshot it builds."""
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import Any
@@ -13,6 +12,7 @@ import pytest
 
 from snapshot.model import Aspa, Vrp
 from snapshot.slurm import EMPTY_POLICY, SlurmError, SlurmPolicy
+from tests.slurm_docs import slurm_json
 from tests.upstream.helpers import export, touch, wait_for, write_atomically
 from upstream.client import Client
 from upstream.config import ClientConfig, SourceConfig
@@ -26,14 +26,7 @@ B = ("198.51.100.0/24", 24, 64497)
 
 def slurm(**members: list[dict[str, Any]]) -> bytes:
     """A version 2 SLURM file with the given arrays (the others empty)."""
-    filters = ("prefixFilters", "bgpsecFilters", "aspaFilters")
-    assertions = ("prefixAssertions", "bgpsecAssertions", "aspaAssertions")
-    doc = {
-        "slurmVersion": 2,
-        "validationOutputFilters": {k: members.get(k, []) for k in filters},
-        "locallyAddedAssertions": {k: members.get(k, []) for k in assertions},
-    }
-    return json.dumps(doc).encode()
+    return slurm_json(**members).encode()
 
 
 FILTER_A = slurm(prefixFilters=[{"prefix": "192.0.2.0/24"}])
