@@ -47,9 +47,8 @@ def _column_types() -> dict[tuple[str, str], str]:
 _TYPES = _column_types()
 _VRP_INSERT = (
     f"INSERT INTO vrps ({', '.join(VRP_COLUMNS)}) "  # noqa: S608 - fixed names
-    "SELECT $1, p >> 48, $2 + i - 1, n, (p >> 40) & 255, (p >> 32) & 255, p & 4294967295, e "
-    "FROM (SELECT unnest($3::BIGINT[]) AS p, unnest($4::BLOB[]) AS n, "
-    "unnest($5::BIGINT[]) AS e, generate_subscripts($3::BIGINT[], 1) AS i)"
+    "SELECT $1, p >> 48, $2 + i, n, (p >> 40) & 255, (p >> 32) & 255, p & 4294967295, e "
+    "FROM (SELECT unnest($3) AS p, unnest($4) AS n, unnest($5) AS e, unnest(range($6)) AS i)"
 )
 
 
@@ -163,7 +162,8 @@ class DuckDBStore(SqlStore):
             for _, family, _, _, plen, max_len, asn, _ in rows
         ]
         self._conn().execute(
-            _VRP_INSERT, [sid, first, small, [r[3] for r in rows], [r[7] for r in rows]]
+            _VRP_INSERT,
+            [sid, first, small, [r[3] for r in rows], [r[7] for r in rows], len(rows)],
         )
 
     def _table_names(self) -> set[str]:
