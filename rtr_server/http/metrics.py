@@ -191,6 +191,16 @@ class SessionCollector:
         )
         for reason, count in view.rejected.items():
             rejected.add_metric([reason], count)
+        not_allowed = _counter(
+            "rtr_not_allowed_connections_total",
+            "Connections from outside the allowed networks, by listener",
+            ["listener"],
+        )
+        for listener, count in sorted(view.rejected_not_allowed_by_listener.items()):
+            not_allowed.add_metric([listener], count)
+        limits = _gauge("rtr_limit", "Configured connection limits (counts, seconds)", ["name"])
+        for name, value in view.limits.items():
+            limits.add_metric([name], value)
         accept_errors = _counter("rtr_accept_errors_total", "Failed accept calls")
         accept_errors.add_metric([], view.accept_errors)
         queries = _counter("rtr_queries_total", "Queries answered with data", ["type"])
@@ -213,7 +223,7 @@ class SessionCollector:
         for reason, count in sorted(view.disconnects.items()):
             disconnects.add_metric([reason], count)
         yield from (clients, accepted, rejected, accept_errors, queries, resets)
-        yield from (notifies, rounds, sent, errors, disconnects)
+        yield from (notifies, rounds, sent, errors, disconnects, not_allowed, limits)
         if self.router_lag:
             lag = _gauge(
                 "rtr_router_serial_lag",

@@ -131,6 +131,10 @@ class SessionsView:
     routers: tuple[RouterView, ...]
     accepted: int
     rejected: dict[str, int]
+    #: Connections from outside the allowed networks, by listener address.
+    rejected_not_allowed_by_listener: dict[str, int]
+    #: The configured connection limits (counts and seconds).
+    limits: dict[str, float]
     accept_errors: int
     reset_queries: int
     serial_queries: int
@@ -289,6 +293,18 @@ def sessions(app: App) -> SessionsView:
         rejected={
             "max_connections": stats.rejected_max_connections,
             "max_per_ip": stats.rejected_max_per_ip,
+            "not_allowed": stats.rejected_not_allowed,
+            "tls_handshake_timeout": stats.tls_handshake_timeouts,
+            "tls_handshake_failure": stats.tls_handshake_failures,
+            "tls_ip_mismatch": stats.rejected_tls_ip_mismatch,
+        },
+        rejected_not_allowed_by_listener=dict(stats.rejected_not_allowed_by_listener),
+        limits={
+            "max_connections": float(server.settings.max_connections),
+            "max_per_ip": float(server.settings.max_per_ip),
+            "query_timeout_seconds": float(server.settings.query_timeout),
+            "write_timeout_seconds": float(server.settings.effective_write_timeout),
+            "tls_handshake_timeout_seconds": float(server.settings.tls_handshake_timeout),
         },
         accept_errors=stats.accept_errors,
         reset_queries=stats.reset_queries,

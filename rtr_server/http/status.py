@@ -70,6 +70,8 @@ def status_document(app: App, stale_after: float) -> dict[str, Any]:
             "routers": routers,
             "accepted": sessions.accepted,
             "rejected": sessions.rejected,
+            "rejected_not_allowed_by_listener": sessions.rejected_not_allowed_by_listener,
+            "limits": sessions.limits,
             "reset_queries": sessions.reset_queries,
             "serial_queries": sessions.serial_queries,
             "cache_resets": sessions.cache_resets,
