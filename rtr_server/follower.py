@@ -18,8 +18,8 @@ import anyio
 
 from persistence.backend import PersistenceBackend
 from persistence.errors import PersistenceError
-from persistence.state import PersistedState, StateHeader, StateId
-from rtr_server.recovery import served_snapshot
+from persistence.state import StateId
+from rtr_server.recovery import ServedState, serve_at, served_state
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import Snapshot
 from upstream.clock import Clock
@@ -59,7 +59,8 @@ class StateFollower:
         self.publish = publish
         self.poll = poll
         self.status = FollowerStatus()
-        self._stored: tuple[StateHeader, PersistedState] | None = None
+        #: The last state read, converted for serving.
+        self._served: ServedState | None = None
         self._next_expiry: float | None = None
         self.policy = policy
         self._policy_changed = False
@@ -74,12 +75,12 @@ class StateFollower:
             changed = await self._look() or self._policy_changed
             due = self._next_expiry is not None and self.clock.wall() >= self._next_expiry
             policy = self.policy()
-            if self._stored is not None and policy is not None and (changed or due):
+            served = self._served
+            if served is not None and policy is not None and (changed or due):
                 self._policy_changed = False
-                header, state = self._stored
                 wall = self.clock.wall()
                 snapshot, self._next_expiry = await anyio.to_thread.run_sync(
-                    functools.partial(served_snapshot, header, state, wall=wall, policy=policy)
+                    functools.partial(serve_at, served, wall=wall, policy=policy)
                 )
                 await self.publish(snapshot)
             await anyio.sleep(self.poll)
@@ -103,7 +104,7 @@ class StateFollower:
             return False
         if stored is None:
             return False
-        self._stored = stored
+        self._served = await anyio.to_thread.run_sync(served_state, *stored)
         self.status.state_id = stored[0].state_id
         self.status.reads += 1
         self.status.last_error = None

@@ -150,7 +150,7 @@ def plan_recovery(
         return plan
     now = int(max(wall, written))
     known: Mapping[str, SourceIdentity] = {s.name: s for s in configured}
-    chosen: dict[PayloadKind, list[tuple[SourcePayload, int]]] = {k: [] for k in PayloadKind}
+    selected: list[tuple[SourcePayload, frozenset[PayloadKind]]] = []
     for record in state.sources:
         identity = known.get(record.name)
         if identity is None:
@@ -170,32 +170,61 @@ def plan_recovery(
         plan.recovered[record.name] = Recovered(payload, record.accepted_at / 1e6, written)
         counts = ", ".join(f"{k}={v}" for k, v in valid.counts().items() if v)
         plan.notes.append(f"source {record.name}: revived ({counts})")
-        for kind in record.selected:
-            chosen[PayloadKind(kind)].append((payload, now))
+        selected.append((payload, frozenset(PayloadKind(k) for k in record.selected)))
     if plan.recovered and policy is None:
         plan.notes.append("the SLURM files are not valid: nothing is published until they are")
     elif plan.recovered and policy is not None:
-        snapshot = merge_and_apply(chosen, policy)
+        snapshot = merge_and_apply(_chosen(selected, now), policy)
         plan.snapshot = None if snapshot.is_empty() else snapshot
     return plan
 
 
-def served_snapshot(
-    header: StateHeader, state: PersistedState, *, wall: float, policy: SlurmPolicy = EMPTY_POLICY
+@dataclass(frozen=True, slots=True)
+class ServedState:
+    """A stored state converted once for serving: selected payloads and the write time."""
+
+    written: float
+    #: Each source's payload with the kinds it was selected for (sources selected for none
+    #: are left out).
+    selected: tuple[tuple[SourcePayload, frozenset[PayloadKind]], ...]
+
+
+def served_state(header: StateHeader, state: PersistedState) -> ServedState:
+    """Convert ``state`` for `serve_at` (the costly part, done once per stored state)."""
+    return ServedState(
+        header.written_at / US_PER_SECOND,
+        tuple(
+            (to_payload(record), frozenset(PayloadKind(k) for k in record.selected))
+            for record in state.sources
+            if record.selected
+        ),
+    )
+
+
+def serve_at(
+    served: ServedState, *, wall: float, policy: SlurmPolicy = EMPTY_POLICY
 ) -> tuple[Snapshot, float | None]:
-    """What a follower serves of ``state`` at ``wall``, and the wall time of the next expiry.
+    """What a follower serves at ``wall``, and the wall time of the next expiry.
 
     The same selection as the owner's publish: each source's payload for the kinds it was
     selected for, judged at the wall clock but never earlier than the write time.
     """
-    now = int(max(wall, header.written_at / US_PER_SECOND))
-    chosen: dict[PayloadKind, list[tuple[SourcePayload, int]]] = {k: [] for k in PayloadKind}
-    ahead: list[int] = []
-    for record in state.sources:
-        payload = to_payload(record)
-        for kind in record.selected:
-            chosen[PayloadKind(kind)].append((payload, now))
-        if record.selected and (first := payload.earliest_expiry_after(now)) is not None:
-            ahead.append(first)
+    now = int(max(wall, served.written))
+    ahead = [
+        first
+        for payload, _ in served.selected
+        if (first := payload.earliest_expiry_after(now)) is not None
+    ]
     next_expiry = float(min(ahead)) + (wall - now) if ahead else None
-    return merge_and_apply(chosen, policy), next_expiry
+    return merge_and_apply(_chosen(served.selected, now), policy), next_expiry
+
+
+def _chosen(
+    selected: Iterable[tuple[SourcePayload, frozenset[PayloadKind]]], now: int
+) -> dict[PayloadKind, list[tuple[SourcePayload, int]]]:
+    """The payloads per kind, each judged at ``now`` (what `merge_and_apply` takes)."""
+    chosen: dict[PayloadKind, list[tuple[SourcePayload, int]]] = {k: [] for k in PayloadKind}
+    for payload, kinds in selected:
+        for kind in kinds:
+            chosen[kind].append((payload, now))
+    return chosen
