@@ -12,6 +12,7 @@ read with digest checks, time check, rebuild, publish, and only then the network
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from contextlib import AsyncExitStack
@@ -174,9 +175,11 @@ class App:
         assert published is not None
         self._generation += 1
         ids = published.session_ids
+        # The values are taken now; only the conversion of the payloads runs in the thread.
         state = await anyio.to_thread.run_sync(
-            lambda: build_state(
-                store_id=self.backend.store_id or "",  # type: ignore[union-attr]
+            functools.partial(
+                build_state,
+                store_id=self.backend.store_id or "",
                 state_id=StateId(self._epoch, self._generation),
                 config_revision=self._client().config.revision,
                 serial=published.serial.value,
