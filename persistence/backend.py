@@ -116,24 +116,26 @@ class ThreadedBackend:
             raise BackendClosedError("a closed backend cannot be opened again")
         if self._open:
             return
-        await self._worker.run(self._store.open_sync, seconds_to_us(self._wall()))
+        await self._worker.run(self._store.call, self._store.open_sync, seconds_to_us(self._wall()))
         self._open = True
 
     async def read_header(self) -> StateHeader | None:
         """The verified header (None if nothing was committed)."""
         self._check_open()
-        return await self._worker.run(self._store.read_header_sync)
+        return await self._worker.run(self._store.call, self._store.read_header_sync)
 
     async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
         """The whole verified state (None if nothing was committed)."""
         self._check_open()
-        return await self._worker.run(self._store.read_state_sync)
+        return await self._worker.run(self._store.call, self._store.read_state_sync)
 
     async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
         """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
         self._check_open()
         written_at = seconds_to_us(self._wall())
-        return await self._worker.run(self._store.commit_sync, state, expected, written_at)
+        return await self._worker.run(
+            self._store.call, self._store.commit_sync, state, expected, written_at
+        )
 
     async def close(self) -> bool:
         """Close the connection and release the owner lock; bounded by ``close_timeout``."""

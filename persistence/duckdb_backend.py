@@ -7,12 +7,11 @@ statement (DuckDB's executemany runs one statement per row).
 
 from __future__ import annotations
 
-import functools
 import importlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from persistence.backend import Capabilities, ThreadedBackend
 from persistence.errors import (
@@ -26,9 +25,6 @@ from persistence.lock import OwnerLock, normalise
 from persistence.schema import DDL, VRP_COLUMNS
 from persistence.sql_store import Row, SqlStore, closed
 from persistence.state import SCHEMA_VERSION
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 def _column_types() -> dict[tuple[str, str], str]:
@@ -75,21 +71,6 @@ def classify(exc: Exception) -> PersistenceError:
     return PersistenceError(message)
 
 
-def _classified(fn: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except PersistenceError:
-            raise
-        except Exception as exc:
-            if type(exc).__module__.split(".")[0] not in {"duckdb", "_duckdb"}:
-                raise
-            raise classify(exc) from exc
-
-    return wrapper
-
-
 class DuckDBStore(SqlStore):
     """Schema v2 on one DuckDB connection."""
 
@@ -105,7 +86,6 @@ class DuckDBStore(SqlStore):
             raise closed()
         return self._db
 
-    @_classified
     def open_sync(self, now: int) -> None:
         """Import duckdb, lock, connect with threads=1 and external access off, check schema."""
         try:
@@ -172,9 +152,11 @@ class DuckDBStore(SqlStore):
         )
         return {str(name) for (name,) in rows.fetchall()}
 
-    read_header_sync = _classified(SqlStore.read_header_sync)
-    read_state_sync = _classified(SqlStore.read_state_sync)
-    commit_sync = _classified(SqlStore.commit_sync)
+    def translate(self, exc: Exception) -> PersistenceError | None:
+        """`classify` for errors raised by the `duckdb` module."""
+        if type(exc).__module__.split(".")[0] not in {"duckdb", "_duckdb"}:
+            return None
+        return classify(exc)
 
 
 class DuckDBBackend(ThreadedBackend):

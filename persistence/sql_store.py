@@ -11,14 +11,15 @@ import struct
 import uuid
 from abc import ABC, abstractmethod
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from persistence.errors import (
     BackendClosedError,
     CommitConflictError,
     CorruptStateError,
+    PersistenceError,
     TransientError,
     UnsupportedSchemaError,
 )
@@ -47,6 +48,7 @@ from persistence.state import (
 )
 from snapshot.model import Aspa, PayloadError, RouterKey
 
+R = TypeVar("R")
 #: Rows per insert or fetch batch.
 BATCH = 256
 _V4 = struct.Struct(">4sBBI")
@@ -102,6 +104,22 @@ class SqlStore(ABC):
                 self._lock.release()
 
     # ------------------------------------------------------------------ dialect hooks
+    @abstractmethod
+    def translate(self, exc: Exception) -> PersistenceError | None:
+        """The persistence error class of a database driver's error (None: not the driver's)."""
+
+    def call(self, fn: Callable[..., R], *args: Any) -> R:
+        """Run one store method, its driver errors translated into `PersistenceError`s."""
+        try:
+            return fn(*args)
+        except PersistenceError:
+            raise
+        except Exception as exc:
+            translated = self.translate(exc)
+            if translated is None:
+                raise
+            raise translated from exc
+
     @abstractmethod
     def open_sync(self, now: int) -> None:
         """Take ownership (or open read-only) and check or create the schema."""

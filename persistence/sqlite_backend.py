@@ -6,12 +6,11 @@ transient; corrupt and not-a-database are corrupt; the file is never rewritten t
 
 from __future__ import annotations
 
-import functools
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from persistence.backend import Capabilities, ThreadedBackend
 from persistence.errors import (
@@ -22,9 +21,6 @@ from persistence.errors import (
 from persistence.lock import OwnerLock, normalise
 from persistence.sql_store import Row, SqlStore, closed
 from persistence.state import SCHEMA_VERSION
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 _TRANSIENT = {
     sqlite3.SQLITE_BUSY,
@@ -55,17 +51,6 @@ def classify(exc: sqlite3.Error) -> PersistenceError:
     return PersistenceError(message)
 
 
-def _classified(fn: Callable[P, R]) -> Callable[P, R]:
-    @functools.wraps(fn)
-    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
-        try:
-            return fn(*args, **kwargs)
-        except sqlite3.Error as exc:
-            raise classify(exc) from exc
-
-    return wrapper
-
-
 def _use_wal(db: sqlite3.Connection, path: Path) -> None:
     mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
     if str(mode).lower() != "wal":
@@ -94,7 +79,6 @@ class SQLiteStore(SqlStore):
             raise closed()
         return db
 
-    @_classified
     def open_sync(self, now: int) -> None:
         """Lock, connect, check (or create) the schema; WAL and synchronous=FULL for the owner."""
         if self.read_only:
@@ -151,9 +135,9 @@ class SQLiteStore(SqlStore):
         rows = self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {str(name) for (name,) in rows.fetchall()}
 
-    read_header_sync = _classified(SqlStore.read_header_sync)
-    read_state_sync = _classified(SqlStore.read_state_sync)
-    commit_sync = _classified(SqlStore.commit_sync)
+    def translate(self, exc: Exception) -> PersistenceError | None:
+        """`classify` for `sqlite3` errors."""
+        return classify(exc) if isinstance(exc, sqlite3.Error) else None
 
 
 class SQLiteBackend(ThreadedBackend):
