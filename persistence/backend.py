@@ -143,10 +143,7 @@ class ThreadedBackend:
             return not self._worker.alive
         self._closed = True
         self._open = False
-        if self._worker.alive:
-            self._worker.submit(self._store.close_sync)
-        else:
-            self._store.close_sync()
+        self._worker.submit(self._store.close_sync)  # runs here when no thread was started
         return await self._worker.stop(self._close_timeout)
 
     def _check_open(self) -> None:
