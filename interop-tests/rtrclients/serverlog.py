@@ -70,7 +70,7 @@ def peer_log(server: RtrServe, peer: str) -> PeerLog:
     for line in server.log.splitlines():
         if f"router {peer}" not in line:
             continue
-        if CONNECTED.search(line) and f"router {peer} connected" in line:
+        if (m := CONNECTED.search(line)) and m[1] == peer:
             story.connected += 1
         elif m := reset.search(line):
             story.resets.append(Reset(int(m[1]), int(m[2]), int(m[3]), log_line_time(line)))
