@@ -1,8 +1,9 @@
 """Read-only queries on a `Snapshot`: RFC 6811 origin validation and ASPA AS_PATH verification.
 
 Every query is a pure function of a snapshot and its arguments. `SnapshotView` adds the one
-rule about time: a snapshot has a usable-until time, and asking it anything at ``now >=
-usable_until`` raises `SnapshotExpiredError` (``now`` is an argument, never read from a clock).
+rule about time: each payload kind of a snapshot has its own usable-until time, and asking about
+a kind at ``now >= usable_until`` of that kind raises `SnapshotExpiredError` naming the kind
+(``now`` is an argument, never read from a clock).
 
 **Origin validation** (RFC 6811 §2) classifies each VRP that *covers* the route (same address
 family, VRP prefix contains the route prefix) as matched (ASN equals the origin and the route
@@ -39,12 +40,14 @@ import ipaddress
 import math
 import struct
 import weakref
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
+from types import MappingProxyType
 from typing import Final
 
+from snapshot.kinds import PayloadKind
 from snapshot.model import IPNetwork, Vrp, check_asn
 from snapshot.snapshot import Snapshot
 
@@ -58,6 +61,7 @@ __all__ = [
     "RampBounds",
     "SnapshotExpiredError",
     "SnapshotView",
+    "UsableUntil",
     "hop_check",
     "ramp_bounds",
     "validate_origin",
@@ -69,12 +73,20 @@ PathElement = int | AbstractSet[int]
 
 
 class SnapshotExpiredError(Exception):
-    """Raised when a snapshot is queried at or after its usable-until time."""
+    """Raised when a snapshot is queried about a kind at or after that kind's usable-until time.
 
-    def __init__(self, usable_until: float, now: float) -> None:
-        super().__init__(f"snapshot was usable until {usable_until}; asked at {now}")
+    Get a new snapshot from the store or client; an old one never answers for expired data.
+    """
+
+    def __init__(
+        self, usable_until: float, now: float, kind: PayloadKind = PayloadKind.VRP
+    ) -> None:
+        super().__init__(
+            f"snapshot's {kind.value} data was usable until {usable_until}; asked at {now}"
+        )
         self.usable_until = usable_until
         self.now = now
+        self.kind = kind
 
 
 # ------------------------------------------------------------------ origin validation
@@ -390,47 +402,67 @@ def verify_as_path(
 # ------------------------------------------------------------------ time-bounded view
 
 
-@dataclass(frozen=True, slots=True)
+#: A usable-until time for every kind, or one for all of them (None: no limit).
+UsableUntil = float | None | Mapping[PayloadKind, float | None]
+
+
+@dataclass(frozen=True, slots=True, init=False)
 class SnapshotView:
-    """A snapshot with the time until which it may be used (``None``: no limit).
+    """A snapshot with the time until which each kind of its data may be used (None: no limit).
 
     Every query takes ``now`` (Unix seconds, from the caller's clock) and raises
-    `SnapshotExpiredError` when ``now >= usable_until``.
+    `SnapshotExpiredError` when ``now`` is at or past the usable-until time of the kind it asks
+    about: origin validation reads VRPs, the ASPA procedures read ASPAs.
     """
 
     snapshot: Snapshot
-    usable_until: float | None = None
+    usable_until_by_kind: Mapping[PayloadKind, float | None]
 
-    def __post_init__(self) -> None:
-        if self.usable_until is not None and math.isnan(self.usable_until):
+    def __init__(self, snapshot: Snapshot, usable_until: UsableUntil = None) -> None:
+        """``usable_until``: one time for every kind, or a mapping (missing kinds: no limit)."""
+        if isinstance(usable_until, Mapping):
+            times = {kind: usable_until.get(kind) for kind in PayloadKind}
+        else:
+            times = dict.fromkeys(PayloadKind, usable_until)
+        if any(t is not None and math.isnan(t) for t in times.values()):
             raise ValueError("usable_until must not be NaN")
+        object.__setattr__(self, "snapshot", snapshot)
+        object.__setattr__(self, "usable_until_by_kind", MappingProxyType(times))
 
-    def expired(self, now: float) -> bool:
-        """True when the snapshot may no longer be used at ``now``."""
+    @property
+    def usable_until(self) -> float | None:
+        """The earliest usable-until time over the kinds (None: no limit)."""
+        times = [t for t in self.usable_until_by_kind.values() if t is not None]
+        return min(times, default=None)
+
+    def expired(self, now: float, kind: PayloadKind | None = None) -> bool:
+        """True when ``kind`` (any kind when None) may no longer be used at ``now``."""
         if math.isnan(now):
             raise ValueError("now must not be NaN")
-        return self.usable_until is not None and now >= self.usable_until
+        until = self.usable_until if kind is None else self.usable_until_by_kind[kind]
+        return until is not None and now >= until
 
-    def check(self, now: float) -> Snapshot:
-        """The snapshot, if still usable at ``now``; else raise `SnapshotExpiredError`."""
-        if self.expired(now):
-            assert self.usable_until is not None
-            raise SnapshotExpiredError(self.usable_until, now)
+    def check(self, now: float, kind: PayloadKind = PayloadKind.VRP) -> Snapshot:
+        """The snapshot, if ``kind`` is still usable at ``now``; else `SnapshotExpiredError`."""
+        if self.expired(now, kind):
+            until = self.usable_until_by_kind[kind]
+            assert until is not None
+            raise SnapshotExpiredError(until, now, kind)
         return self.snapshot
 
     def validate_origin(
         self, prefix: str | IPNetwork, origin_asn: int | None, *, now: float
     ) -> OriginValidation:
-        """`validate_origin` on the snapshot, if usable at ``now``."""
-        return validate_origin(self.check(now), prefix, origin_asn)
+        """`validate_origin` on the snapshot, if its VRPs are usable at ``now``."""
+        return validate_origin(self.check(now, PayloadKind.VRP), prefix, origin_asn)
 
     def hop_check(self, customer: int, provider: int, *, now: float) -> HopResult:
-        """`hop_check` on the snapshot, if usable at ``now``."""
-        return hop_check(self.check(now), customer, provider)
+        """`hop_check` on the snapshot, if its ASPAs are usable at ``now``."""
+        return hop_check(self.check(now, PayloadKind.ASPA), customer, provider)
 
     def ramp_bounds(self, path: Sequence[int], *, now: float) -> RampBounds:
-        """`ramp_bounds` on the snapshot, if usable at ``now``."""
-        return ramp_bounds(self.check(now), path)
+        """`ramp_bounds` on the snapshot, if its ASPAs are usable at ``now``."""
+        return ramp_bounds(self.check(now, PayloadKind.ASPA), path)
 
     def verify_as_path(
         self,
@@ -440,5 +472,7 @@ class SnapshotView:
         now: float,
         neighbor_as: int | None = None,
     ) -> AspaResult:
-        """`verify_as_path` on the snapshot, if usable at ``now``."""
-        return verify_as_path(self.check(now), path, direction, neighbor_as=neighbor_as)
+        """`verify_as_path` on the snapshot, if its ASPAs are usable at ``now``."""
+        return verify_as_path(
+            self.check(now, PayloadKind.ASPA), path, direction, neighbor_as=neighbor_as
+        )

@@ -1,49 +1,73 @@
-"""Runs sources in prioritised groups, picks the active group per payload kind, merges, publishes.
+"""Runs sources in prioritised groups, judges their data in effective time, builds and publishes.
 
-Each payload kind (VRPs, ASPAs, router keys) comes from its own active group, chosen by
-`upstream.selection.GroupSelector` (failover at once, fail-back after ``failback_delay``, lower
-groups started lazily). Within a group the payloads of its synced sources are merged (union;
-ASPA union per customer). A group counts as ready only once every one of its sources has made
-its first attempt (loaded, found missing, or failed), so a router is never served a half-loaded
-union at start. Every new payload, every group change and every moment an entry reaches its
-``expires`` produces a fresh snapshot; the callback decides whether it differs from what is
-published. Merging runs in a worker thread.
+Each configured source is one `SourceEntry` (payload, clock anchor, trust, revocation, recovery,
+source-wide deadline). Each payload kind comes from its own active group, chosen by
+`upstream.selection.GroupSelector`; within a group the usable payloads of its sources are merged
+(union; ASPA union per customer) and the SLURM policy is applied, in a worker thread.
 
-Sources tell what they can deliver with an optional ``capabilities`` attribute (default: every
-kind; an RTR source at v1 has no ASPA) and whether their data is still valid with an optional
-``has_data`` attribute (default: once they emitted a payload); see `Source`.
+Time (lifecycle contract, "时间与到期"): every judgement uses the shared `TimeKeeper`'s effective
+time, which never moves back. The loop samples the clock at least every `CLOCK_TICK` seconds,
+so a wall-clock jump is acted upon within a second: an online source whose wall clock moved
+beyond the tolerance against its anchor is distrusted (its data withdrawn until it admits new
+raw input) and asked to resync; an entry past its validity is withdrawn on schedule, whether or
+not any source changes. A snapshot is judged `JUDGE_FACTOR` times the last build's duration
+ahead, so nothing it holds expires while it is being built (a build that still ran past an
+expiry is discarded); each kind's usable-until time is handed on with it.
+
+A build that an already decided withdrawal (a revocation, a distrust, a removed source) made
+stale while it ran is discarded and rebuilt. `reconfigure` changes groups and sources in place:
+kept sources keep running with their data, the selector keeps its clocks. `close` stops the
+sources, refuses further ordinary deliveries, and makes one last build when a decided
+withdrawal is not yet in the published view.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
+from snapshot.kinds import PayloadKind
 from snapshot.model import Aspa
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.slurm_apply import apply_policy
 from snapshot.snapshot import Snapshot, SnapshotBuilder
 from upstream.clock import Clock, SystemClock
 from upstream.json_format import SourcePayload
-from upstream.selection import ALL_KINDS, GroupSelector, GroupSpec, PayloadKind, SourceView
-from upstream.status import SourceStatus
+from upstream.selection import GroupSelector, GroupSpec, SourceView
+from upstream.source import Delivery, Source
+from upstream.source_entry import Availability, Recovered, SourceEntry
+from upstream.timekeeper import TimeKeeper
+
+__all__ = [
+    "IMPLICIT_GROUP",
+    "Aggregator",
+    "Build",
+    "Group",
+    "Recovered",
+    "Source",
+    "SourceInput",
+    "merge_and_apply",
+    "merge_at",
+    "merge_by_kind",
+]
 
 log = logging.getLogger(__name__)
 
-#: Do not rebuild more often than this when entries expire one after another.
-MIN_EXPIRY_WAKE = 1.0
+#: The clock is sampled (jumps and deadlines checked) at least this often, in seconds.
+CLOCK_TICK = 1.0
 #: How often readiness is re-checked while sources have not reported their first attempt.
 READY_POLL = 0.2
+#: A snapshot is judged this many times its last build's duration ahead of the effective time,
+#: so nothing in it expires while it is built (a few milliseconds for small tables).
+JUDGE_FACTOR = 2.0
 #: Wall-clock drift against the monotonic clock tolerated before online sources are distrusted.
 DEFAULT_CLOCK_TOLERANCE = 300.0
-#: Source kinds whose data depends on a live upstream (distrusted after a clock jump).
-ONLINE = frozenset({"http", "rtr"})
 #: The group made for sources given without one (``--source`` on the command line).
 IMPLICIT_GROUP = GroupSpec("default", priority=0, startup_timeout=0.0, failback_delay=0.0)
 
@@ -60,34 +84,25 @@ class SourceInput:
     #: The payload kinds for which this source's group is active.
     selected: frozenset[PayloadKind]
     payload: SourcePayload
-    #: Wall time the payload was accepted (for a recovered payload: when it was first accepted).
+    #: Effective time the payload was first admitted (recovered: when it was first admitted).
     accepted_wall: float
-    #: Wall time after which none of this payload is valid (an RTR source's Expire interval).
+    #: Effective time after which none of this payload is valid (an RTR source's Expire).
     expires_wall: float | None = None
     rtr_session: int | None = None
     rtr_serial: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
-class Recovered:
-    """A payload restored from persisted state, seeded into a source before it runs."""
+class Build:
+    """One built snapshot with everything it was built from and until when it holds."""
 
-    payload: SourcePayload
-    #: When the payload was first accepted (wall, Unix seconds).
-    accepted_wall: float
-    #: Never judge this payload at a wall time earlier than this (the state's write time).
-    not_before_wall: float
-
-
-class Source(Protocol):
-    """What the aggregator needs from a source."""
-
-    name: str
-    status: SourceStatus
-
-    async def run(self, sink: Callable[[str, SourcePayload], None]) -> None:
-        """Run until cancelled, calling ``sink`` with each new complete payload."""
-        ...
+    snapshot: Snapshot
+    active: dict[PayloadKind, str | None]
+    #: Effective time after which a kind's data in ``snapshot`` is no longer exact (None: never).
+    usable_until: dict[PayloadKind, float | None]
+    inputs: tuple[SourceInput, ...]
+    #: The effective time the data was judged at.
+    evaluated_at: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,20 +113,21 @@ class Group:
     sources: tuple[Source, ...]
 
 
+Timed = tuple[SourcePayload, int]  # a payload and the time its entries are judged at
+
+
 def merge_at(payloads: Sequence[SourcePayload], now: int) -> Snapshot:
     """The union of the entries of ``payloads`` that are valid at ``now``."""
     timed = [(p, now) for p in payloads]
     return merge_by_kind(dict.fromkeys(PayloadKind, timed))
 
 
-Timed = tuple[SourcePayload, int]  # a payload and the time its entries are judged at
-
-
 def merge_by_kind(payloads: dict[PayloadKind, list[Timed]]) -> Snapshot:
     """One snapshot whose VRPs, ASPAs and router keys each come from their own payloads."""
     merged: dict[PayloadKind, Snapshot] = {}
     by_id: dict[tuple[tuple[int, int], ...], Snapshot] = {}
-    for kind, chosen in payloads.items():
+    for kind in PayloadKind:
+        chosen = payloads.get(kind, [])
         key = tuple((id(p), now) for p, now in chosen)
         if key not in by_id:
             snapshots = [p.snapshot_at(now) for p, now in chosen]
@@ -133,26 +149,60 @@ def merge_and_apply(payloads: dict[PayloadKind, list[Timed]], policy: SlurmPolic
     return apply_policy(policy, merge_by_kind(payloads))
 
 
-def _capabilities(source: Source) -> frozenset[PayloadKind]:
-    caps = getattr(source, "capabilities", None)
-    return ALL_KINDS if caps is None else frozenset(caps)
+#: What one kind is built from: (payload, source-wide deadline) per chosen source.
+_Chosen = dict[PayloadKind, list[tuple[SourcePayload, float | None]]]
+
+
+def _build(
+    chosen: _Chosen, policy: SlurmPolicy, judged: float
+) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
+    """The snapshot at ``judged`` and each kind's usable-until time (worker thread)."""
+    at = math.floor(judged)
+    snapshot = merge_and_apply({k: [(p, at) for p, _ in v] for k, v in chosen.items()}, policy)
+    until: dict[PayloadKind, float | None] = {}
+    for kind in PayloadKind:
+        times: list[float] = []
+        for payload, deadline in chosen.get(kind, []):
+            if deadline is not None:
+                times.append(deadline)
+            first = payload.next_expiry(at, kind)
+            if first is not None:
+                times.append(first)
+        until[kind] = min(times, default=None)
+    return snapshot, until
+
+
+def _next_change(entries: Iterable[tuple[SourcePayload | None, float | None]], now: float) -> float:
+    """The first effective time after ``now`` at which any of ``entries`` changes by itself."""
+    times: list[float] = []
+    for payload, deadline in entries:
+        if payload is None:
+            continue
+        if deadline is not None and deadline > now:
+            times.append(deadline)
+        first = payload.next_expiry(now)
+        if first is not None:
+            times.append(first)
+    return min(times, default=math.inf)
 
 
 class Aggregator:
-    """Owns the source tasks; calls ``on_snapshot`` with each rebuilt snapshot."""
+    """Owns the source tasks; calls ``on_snapshot`` with each new `Build`."""
 
     def __init__(
         self,
         sources: Sequence[Source],
-        on_snapshot: Callable[[Snapshot], Awaitable[None]],
+        on_snapshot: Callable[[Build], Awaitable[None]],
         *,
         clock: Clock | None = None,
+        keeper: TimeKeeper | None = None,
         groups: Sequence[Group] | None = None,
         clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
         slurm_policy: Callable[[], SlurmPolicy | None] | None = None,
     ) -> None:
         """Give either ``sources`` (one implicit group) or ``groups``; nothing runs until `run`.
 
+        ``keeper`` is the shared effective time (made from ``clock`` when not given).
         ``slurm_policy`` gives the SLURM policy in force for each build; while it gives None
         (SLURM files configured but not valid yet) nothing is built. Call `poke` when it changes.
         """
@@ -160,259 +210,318 @@ class Aggregator:
             groups = [Group(IMPLICIT_GROUP, tuple(sources))]
         elif sources:
             raise ValueError("give sources or groups, not both")
-        self.groups = list(groups)
-        self.sources = [s for g in self.groups for s in g.sources]
-        names = [s.name for s in self.sources]
-        if len(set(names)) != len(names):
-            raise ValueError(f"source names must be unique: {names}")
-        self._group_of = {s.name: g.spec.name for g in self.groups for s in g.sources}
-        self.selector = GroupSelector(g.spec for g in self.groups)
+        self.keeper = keeper or TimeKeeper(clock or SystemClock(), tolerance=clock_tolerance)
+        self.clock: Clock = self.keeper
         self.on_snapshot = on_snapshot
-        self.clock = clock or SystemClock()
-        self.payloads: dict[str, SourcePayload] = {}
-        #: (wall, monotonic) time each source's current payload was accepted.
-        self._anchors: dict[str, tuple[float, float]] = {}
-        #: Sources distrusted after a clock jump, with their sync count at that moment.
-        self._untrusted: dict[str, int] = {}
-        self.clock_tolerance = clock_tolerance
-        #: A clock frozen on purpose (--reference-time) has no drift to watch.
-        self._frozen = bool(getattr(self.clock, "frozen", False))
-        self._changed = anyio.Event()
-        self._started: set[str] = set()
-        #: Wall time at which the first served entry expires (None: none does).
-        self.next_expiry_wall: float | None = None
+        self.slurm_policy = slurm_policy
         #: Called after every selection round (active groups or source states may have moved).
         self.on_status: Callable[[], None] | None = None
+        self.groups: list[Group] = []
+        self.entries: dict[str, SourceEntry] = {}
+        self.selector = GroupSelector(g.spec for g in groups)
+        self._install(groups)
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
-        self.slurm_policy = slurm_policy
-        #: Sources holding a recovered payload (counted as having data) until they deliver.
-        self._recovered: set[str] = set()
-        self._accepted_wall: dict[str, float] = {}
+        self._changed = anyio.Event()
+        self._tg: TaskGroup | None = None
+        self._closing = False
+        self._started: set[str] = set()
+        #: What the last published build was made of, and when it must be remade anyway.
+        self._built_key: object = None
+        self._next_change = math.inf
+        self._margin = 0.0
+        self._announced_wait = False
+
+    # ------------------------------------------------------------------ configuration
+    def _install(self, groups: Sequence[Group]) -> None:
+        names = [s.name for g in groups for s in g.sources]
+        if len(set(names)) != len(names):
+            raise ValueError(f"source names must be unique: {names}")
+        entries: dict[str, SourceEntry] = {}
+        for group in groups:
+            for source in group.sources:
+                old = self.entries.get(source.name)
+                if old is not None and old.source is source and old.group == group.spec.name:
+                    entries[source.name] = old
+                else:
+                    entries[source.name] = SourceEntry(source, group.spec.name)
+        for name, old in self.entries.items():
+            if entries.get(name) is not old:
+                old.retire()
+        self.groups = list(groups)
+        self.entries = entries
+
+    def reconfigure(self, groups: Sequence[Group]) -> None:
+        """Switch to ``groups`` in place (see the module docstring)."""
+        self.selector.reconfigure(g.spec for g in groups)
+        self._install(groups)
+        self._built_key = None  # a commit is published (with its revision) even if unchanged
+        if self._tg is not None:
+            for entry in self.entries.values():
+                if entry.group in self._started and entry.scope is None:
+                    self._tg.start_soon(self._run_source, entry, name=f"source {entry.name}")
+        self.poke()
+
+    @property
+    def sources(self) -> list[Source]:
+        """The configured sources, in group order."""
+        return [s for g in self.groups for s in g.sources]
 
     def seed(self, name: str, recovered: Recovered) -> None:
         """Give source ``name`` a recovered payload before `run` (used until it delivers).
 
-        It is judged at the wall time, never earlier than ``not_before_wall`` plus the
+        It is judged at the effective time, never earlier than ``not_before_wall`` plus the
         monotonic time elapsed since; its entries keep their own expiry.
         """
-        if name not in self._group_of:
+        entry = self.entries.get(name)
+        if entry is None:
             raise ValueError(f"no source {name!r} to seed")
-        self.payloads[name] = recovered.payload
-        wall = max(self.clock.wall(), recovered.not_before_wall)
-        self._anchors[name] = (wall, self.clock.monotonic())
-        self._accepted_wall[name] = recovered.accepted_wall
-        self._recovered.add(name)
-        self._changed.set()
+        entry.seed(recovered, self.keeper)
+        self.poke()
 
-    def inputs(self) -> tuple[SourceInput, ...]:
-        """The payloads of the sources whose group is active for some kind, as built now."""
-        result = []
-        for source in self.sources:
-            name = source.name
-            if name not in self.payloads or not self._has_data(source):
-                continue
-            group = self._group_of[name]
-            caps = _capabilities(source)
-            selected = frozenset(k for k in caps if self.active.get(k) == group)
-            if not selected:
-                continue
-            info = getattr(source, "persist_info", None)
-            expires, session, serial = info() if callable(info) else (None, None, None)
-            result.append(
-                SourceInput(
-                    name=name,
-                    group=group,
-                    kind=source.status.kind,
-                    location=source.status.location,
-                    capabilities=caps,
-                    selected=selected,
-                    payload=self.payloads[name],
-                    accepted_wall=self._accepted_wall.get(name, self._anchors[name][0]),
-                    expires_wall=expires,
-                    rtr_session=session,
-                    rtr_serial=serial,
-                )
-            )
-        return tuple(result)
-
+    # ------------------------------------------------------------------ queries
     def started_groups(self) -> set[str]:
         """Names of the groups whose sources run."""
         return set(self._started)
 
-    def hand_over(self, name: str, other: Aggregator) -> None:
-        """Give ``other`` this aggregator's payload of source ``name`` and its acceptance time."""
-        if name in self.payloads:
-            other.payloads[name] = self.payloads[name]
-            other._anchors[name] = self._anchors[name]
-            if name in self._accepted_wall:
-                other._accepted_wall[name] = self._accepted_wall[name]
-            if name in self._recovered:
-                other._recovered.add(name)
+    def availability(self) -> dict[str, Availability]:
+        """What each source's data is worth now."""
+        now = self.keeper.now()
+        return {name: e.availability(now) for name, e in self.entries.items()}
+
+    def judged_now(self, name: str) -> int:  # noqa: ARG002 - every source shares one time
+        """The effective time (Unix seconds) every source's entries are judged at now."""
+        return math.floor(self.keeper.now())
+
+    def inputs(self) -> tuple[SourceInput, ...]:
+        """The usable payloads of the sources whose group is active for some kind."""
+        now = self.keeper.now()
+        return tuple(
+            self._input(entry)
+            for entry in self.entries.values()
+            if entry.payload is not None
+            and entry.availability(now).usable
+            and self._selected(entry)
+        )
+
+    def _selected(self, entry: SourceEntry) -> frozenset[PayloadKind]:
+        caps = entry.source.capabilities
+        return frozenset(k for k in caps if self.active.get(k) == entry.group)
+
+    def _input(self, entry: SourceEntry) -> SourceInput:
+        assert entry.payload is not None
+        status = entry.source.status
+        return SourceInput(
+            name=entry.name,
+            group=entry.group,
+            kind=status.kind,
+            location=status.location,
+            capabilities=entry.source.capabilities,
+            selected=self._selected(entry),
+            payload=entry.payload,
+            accepted_wall=entry.accepted_at if entry.accepted_at is not None else 0.0,
+            expires_wall=entry.expires_at,
+            rtr_session=entry.rtr_session,
+            rtr_serial=entry.rtr_serial,
+        )
 
     def poke(self) -> None:
         """Re-evaluate now (e.g. after a test moved the clock, or a source changed state)."""
         self._changed.set()
 
-    def _accept(self, name: str, payload: SourcePayload) -> None:
-        self.payloads[name] = payload
-        self._anchors[name] = (self.clock.wall(), self.clock.monotonic())
-        self._accepted_wall.pop(name, None)
-        self._recovered.discard(name)
-        self._untrusted.pop(name, None)
-        self._changed.set()
-
-    def _has_data(self, source: Source) -> bool:
-        distrusted_at = self._untrusted.get(source.name)
-        if distrusted_at is not None:
-            if source.status.syncs <= distrusted_at:
-                return False
-            # It reached its upstream again under the new clock (an unchanged answer counts):
-            # from now on its data is judged against the clock as it is now.
-            del self._untrusted[source.name]
-            if source.name in self._anchors:
-                self._anchors[source.name] = (self.clock.wall(), self.clock.monotonic())
-            log.info("source %s synced again after the clock jump: trusted", source.name)
-        if source.name in self._recovered:
-            return True
-        flag = getattr(source, "has_data", None)
-        return source.name in self.payloads if flag is None else bool(flag)
-
-    def _views(self) -> list[SourceView]:
-        views: list[SourceView] = []
-        for group in self.groups:
-            # A recovered payload stands for a first attempt: serve it without waiting.
-            all_attempted = all(
-                s.status.attempted or s.name in self._recovered for s in group.sources
-            )
-            views.extend(
-                SourceView(
-                    s.name,
-                    group.spec.name,
-                    _capabilities(s),
-                    all_attempted and self._has_data(s),
-                )
-                for s in group.sources
-            )
-        return views
-
+    # ------------------------------------------------------------------ running
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Run the groups' sources (as they are needed) and the merge loop until cancelled."""
+        """Run the groups' sources (as they are needed) and the build loop until closed."""
         async with anyio.create_task_group() as tg:
-            task_status.started()
-            await self._merge_loop(tg)
+            self._tg = tg
+            try:
+                task_status.started()
+                await self._loop()
+            finally:
+                self._tg = None
+                tg.cancel_scope.cancel()
 
-    def _start_groups(self, tg: TaskGroup, names: Sequence[str]) -> None:
-        for group in self.groups:
-            if group.spec.name in names and group.spec.name not in self._started:
-                self._started.add(group.spec.name)
-                log.info(
-                    "starting group %s (priority %d): %s",
-                    group.spec.name,
-                    group.spec.priority,
-                    ", ".join(s.name for s in group.sources),
-                )
-                for source in group.sources:
-                    tg.start_soon(source.run, self._accept, name=f"source {source.name}")
+    def close(self) -> None:
+        """Stop the sources; one last round publishes decided withdrawals, then `run` returns."""
+        self._closing = True
+        for entry in self.entries.values():
+            if entry.scope is not None:
+                entry.scope.cancel()
+        self.poke()
 
-    async def _merge_loop(self, tg: TaskGroup) -> None:
-        announced_wait = False
+    async def _run_source(self, entry: SourceEntry) -> None:
+        with anyio.CancelScope() as scope:
+            entry.scope = scope
+            if not entry.current or self._closing:
+                return
+            await entry.source.run(functools.partial(self._deliver, entry))
+
+    def _deliver(self, entry: SourceEntry, delivery: Delivery) -> None:
+        if self._closing and not delivery.revoked:
+            log.info("source %s: delivery after close began is not admitted", entry.name)
+            return
+        if entry.accept(delivery, self.keeper):
+            self._changed.set()
+
+    def _start_groups(self, started: Iterable[tuple[str, str]]) -> None:
+        assert self._tg is not None
+        for name, reason in started:
+            if name in self._started:
+                continue
+            self._started.add(name)
+            group = next(g for g in self.groups if g.spec.name == name)
+            log.info(
+                "starting group %s (priority %d; %s): %s",
+                name,
+                group.spec.priority,
+                reason,
+                ", ".join(s.name for s in group.sources) or "no sources",
+                extra={"event": "group_started", "group": name, "reason": reason},
+            )
+            for source in group.sources:
+                entry = self.entries[source.name]
+                if entry.scope is None:
+                    self._tg.start_soon(self._run_source, entry, name=f"source {source.name}")
+
+    async def _loop(self) -> None:
         delay = 0.0
         while True:
             with anyio.move_on_after(delay):
                 await self._changed.wait()
             self._changed = anyio.Event()
-            self._check_clock()
-            decision = self.selector.update(self.clock.monotonic(), self._views())
-            self._start_groups(tg, decision.started)
-            for line in decision.changes:
-                log.info("%s", line)
-            self.active = decision.active
-            if self.on_status is not None:
-                self.on_status()
-            # Sources report some changes (first attempts, syncs after a clock jump) without a
-            # payload: look again soon while any is pending.
-            waits = [READY_POLL if self._starting() or self._untrusted else math.inf]
-            if decision.next_wake is not None:
-                waits.append(max(0.0, decision.next_wake - self.clock.monotonic()))
-            if self.builds == 0 and all(group is None for group in decision.active.values()):
-                # Nothing was ever published: routers keep getting No Data Available. (Once
-                # something was, losing every group publishes the empty set: data is withdrawn.)
-                if not announced_wait and not self._starting():
-                    log.warning("no group has data yet; routers get No Data Available")
-                    announced_wait = True
-                delay = min(waits)
+            closing = self._closing
+            delay = await self._round()
+            if closing and not self._changed.is_set():
+                return
+
+    def _check_clock(self) -> None:
+        """Distrust online sources whose wall clock moved beyond the tolerance (and resync)."""
+        keeper = self.keeper
+        for entry in self.entries.values():
+            if (
+                entry.anchor is None
+                or entry.untrusted
+                or entry.payload is None
+                or not entry.source.online
+            ):
                 continue
-            policy = EMPTY_POLICY if self.slurm_policy is None else self.slurm_policy()
-            if policy is None:
-                delay = min(waits)  # the SLURM files poke us once they are valid
-                continue
-            chosen = {
-                kind: self._payloads_of(group, kind) for kind, group in decision.active.items()
-            }
-            snapshot = await anyio.to_thread.run_sync(merge_and_apply, chosen, policy)
-            self.builds += 1
-            used = {id(p): (p, now) for ps in chosen.values() for p, now in ps}.values()
-            # Sleep until the first entry expires (in judged time, which runs like real time).
-            ahead = [e - now for p, now in used if (e := p.earliest_expiry_after(now)) is not None]
-            self.next_expiry_wall = self.clock.wall() + min(ahead) if ahead else None
-            if ahead:
-                waits.append(max(MIN_EXPIRY_WAKE, min(ahead)))
-            delay = min(waits)
-            await self.on_snapshot(snapshot)
+            if keeper.untrusted(entry.anchor):
+                entry.distrust(keeper.drift(entry.anchor))
+                entry.source.resync()
+
+    def _views(self, now: float) -> list[SourceView]:
+        views = []
+        for entry in self.entries.values():
+            source = entry.source
+            views.append(
+                SourceView(
+                    entry.name,
+                    entry.group,
+                    source.capabilities,
+                    ready=entry.availability(now).usable,
+                    refreshing=source.refreshing(),
+                    attempted=source.status.attempted or entry.recovered,
+                )
+            )
+        return views
 
     def _starting(self) -> bool:
         """Some started source has not made its first attempt yet."""
         return any(
-            not s.status.attempted
-            for g in self.groups
-            if g.spec.name in self._started
-            for s in g.sources
+            not e.source.status.attempted and not e.recovered
+            for e in self.entries.values()
+            if e.group in self._started
         )
 
-    def judged_now(self, name: str) -> int:
-        """The time (Unix seconds) a source's entries are judged at.
+    async def _round(self) -> float:
+        """One selection (and, when needed, build) round; returns how long to wait then."""
+        keeper = self.keeper
+        if not self._closing:
+            self._check_clock()
+        now = keeper.now()
+        mono = keeper.monotonic()
+        judged = now + self._margin
+        decision = self.selector.update(mono, self._views(now))
+        if not self._closing:
+            self._start_groups(decision.newly_started)
+        for line in decision.changes:
+            log.info("%s", line, extra={"event": "group_change"})
+        self.active = decision.active
+        if self.on_status is not None:
+            self.on_status()
+        waits = [CLOCK_TICK]
+        if self._starting():
+            waits.append(READY_POLL)
+        if decision.next_wake is not None:
+            waits.append(max(0.0, decision.next_wake - mono))
+        if self.builds == 0 and all(group is None for group in decision.active.values()):
+            # Nothing was ever published: routers keep getting No Data Available. (Once
+            # something was, losing every group publishes the empty set: data is withdrawn.)
+            if not self._announced_wait and not self._starting():
+                log.warning("no group has data yet; routers get No Data Available")
+                self._announced_wait = True
+            return min(waits)
+        policy = EMPTY_POLICY if self.slurm_policy is None else self.slurm_policy()
+        if policy is None:
+            return min(waits)  # the SLURM files poke us once they are valid
+        chosen = self._choose(judged)
+        key = (
+            tuple((k, tuple((id(e), e.version) for e in es)) for k, es in chosen.items()),
+            id(policy),
+        )
+        if key == self._built_key and judged < self._next_change:
+            waits.append(max(0.0, self._next_change - judged))
+            return min(waits)
+        build = await self._build(chosen, policy, judged)
+        if build is None:
+            self._changed.set()  # a withdrawal made it stale: build again at once
+            return 0.0
+        self._built_key = key
+        self.builds += 1
+        await self.on_snapshot(build)
+        waits.append(max(0.0, self._next_change - self._margin - keeper.now()))
+        return min(waits)
 
-        Never earlier than the wall clock, and never earlier than the payload's acceptance time
-        plus the monotonic time elapsed since, so a wall clock set back never extends a life.
-        """
-        wall = self.clock.wall()
-        anchor = self._anchors.get(name)
-        if anchor is None or self._frozen:
-            return int(wall)
-        anchored = anchor[0] + (self.clock.monotonic() - anchor[1])
-        return int(max(wall, anchored))
+    def _choose(self, judged: float) -> dict[PayloadKind, list[SourceEntry]]:
+        """The entries each kind is built from: its active group's usable ones at ``judged``."""
+        chosen: dict[PayloadKind, list[SourceEntry]] = {}
+        for kind, group in self.active.items():
+            chosen[kind] = [
+                e
+                for e in self.entries.values()
+                if group is not None
+                and e.group == group
+                and kind in e.source.capabilities
+                and e.availability(judged).usable
+            ]
+        return chosen
 
-    def _check_clock(self) -> None:
-        """Distrust online sources after a wall-clock jump beyond the tolerance.
-
-        Their data was accepted against the old clock; it is used again once they deliver anew.
-        """
-        if self._frozen:
-            return
-        wall, mono = self.clock.wall(), self.clock.monotonic()
-        for source in self.sources:
-            anchor = self._anchors.get(source.name)
-            if anchor is None or source.name in self._untrusted:
-                continue
-            drift = wall - (anchor[0] + (mono - anchor[1]))
-            if abs(drift) > self.clock_tolerance and getattr(source, "kind", "") in ONLINE:
-                self._untrusted[source.name] = source.status.syncs
-                log.warning(
-                    "wall clock moved %+.0f s against the monotonic clock since source %s "
-                    "delivered; its data is not used until it syncs again",
-                    drift,
-                    source.name,
-                )
-
-    def _payloads_of(self, group: str | None, kind: PayloadKind) -> list[Timed]:
-        if group is None:
-            return []
-        return [
-            (self.payloads[s.name], self.judged_now(s.name))
-            for s in self.sources
-            if self._group_of[s.name] == group
-            and kind in _capabilities(s)
-            and self._has_data(s)
-            and s.name in self.payloads
-        ]
+    async def _build(
+        self, chosen: dict[PayloadKind, list[SourceEntry]], policy: SlurmPolicy, judged: float
+    ) -> Build | None:
+        """Build in a worker thread; None when a decided withdrawal made the result stale."""
+        versions = {id(e): (e, e.version) for es in chosen.values() for e in es}
+        parts: _Chosen = {
+            kind: [(e.payload, e.expires_at) for e in es if e.payload is not None]
+            for kind, es in chosen.items()
+        }
+        everything = [(e.payload, e.expires_at) for e in self.entries.values()]
+        started = self.keeper.monotonic()
+        snapshot, until = await anyio.to_thread.run_sync(_build, parts, policy, judged)
+        next_change = await anyio.to_thread.run_sync(_next_change, everything, judged)
+        took = self.keeper.monotonic() - started
+        self._margin = JUDGE_FACTOR * took
+        after = self.keeper.now()
+        for entry, version in versions.values():
+            if entry.version != version and (
+                not entry.current or not entry.availability(after).usable
+            ):
+                log.info("build discarded: source %s was withdrawn while it ran", entry.name)
+                return None
+        stale = [t for t in until.values() if t is not None and t <= after]
+        if stale:
+            log.info("build discarded: data in it expired while it ran (%.2f s)", took)
+            return None
+        self._next_change = next_change
+        selected = dict(self.active)
+        return Build(snapshot, selected, until, self.inputs(), judged)

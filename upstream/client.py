@@ -10,13 +10,19 @@ Lifecycle: created → open → running → closing → closed::
                 async for event in events: ...
 
 `run` may be started once, in a task group the caller owns; there is no ``anyio.run`` inside.
-`aclose` is idempotent: it cancels the sources and waits at most ``cleanup_timeout``; if they
-are still busy (e.g. a parse in a worker thread) it says so in ``cleanup_overdue`` and the state
-stays CLOSING instead of pretending to be closed. `watch` gives an atomic initial snapshot and
-then a bounded queue of `SnapshotEvent`/`StatusEvent`; on overflow or an epoch change the watch
-raises a sticky `ResyncRequiredError`. `apply_config` swaps groups and sources at runtime with
-a higher revision: unchanged sources keep running with their data, removed ones are cancelled
-and their late results are never accepted.
+`aclose` is idempotent: it stops the sources, lets the aggregator publish a withdrawal that was
+already decided (no events are sent for it; `get_snapshot` has it), and waits at most
+``cleanup_timeout``; if work is still busy (e.g. a parse in a worker thread) it says so in
+``cleanup_overdue`` and the state stays CLOSING instead of pretending to be closed. `watch`
+gives an atomic initial snapshot and then a bounded queue of `SnapshotEvent`/`StatusEvent`; on
+overflow the watch raises a sticky `ResyncRequiredError`. `apply_config` changes groups and
+sources in place with a higher revision: unchanged sources keep running with their data, the
+group selection keeps its started groups, windows and fail-back clocks, removed sources are
+cancelled and their late results are never accepted; the next snapshot carries the revision.
+
+Every snapshot is judged in the effective time of one shared `TimeKeeper` (never moving back);
+`ClientSnapshot.view` gives a `SnapshotView` whose queries refuse a kind past its usable-until
+time, and `ClientSnapshot.check` does the same against the client's own clock.
 """
 
 from __future__ import annotations
@@ -32,13 +38,29 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from snapshot.kinds import PayloadKind
+from snapshot.queries import SnapshotExpiredError, SnapshotView
 from snapshot.snapshot import Snapshot
-from upstream.aggregate import Aggregator, Group, Recovered, Source, SourceInput
+from upstream.aggregate import Aggregator, Build, Group, Recovered, SourceInput
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
-from upstream.selection import PayloadKind
 from upstream.slurm_files import SlurmFiles
+from upstream.source import Source
 from upstream.status import SourceStatus
+from upstream.timekeeper import TimeKeeper
+
+__all__ = [
+    "Client",
+    "ClientSnapshot",
+    "ClientState",
+    "ClientStatus",
+    "Event",
+    "ResyncRequiredError",
+    "SnapshotEvent",
+    "SnapshotExpiredError",
+    "StatusEvent",
+    "Watch",
+]
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +81,47 @@ class ResyncRequiredError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ClientSnapshot:
-    """A published snapshot with where it came from."""
+    """A published snapshot with where it came from and until when each kind of it holds."""
 
     snapshot: Snapshot
-    #: Bumped by every `Client.apply_config`; events of one epoch form one sequence.
+    #: The client's publish epoch (one per client); events of one epoch form one sequence.
     epoch: int
     #: Counts snapshots within the client's life.
     generation: int
     #: Active group per payload kind.
     active: dict[PayloadKind, str | None]
-    #: Wall time at which the first entry of this snapshot expires (None: none does).
-    usable_until: float | None
+    #: Effective time after which each kind's data is no longer exact (None: never).
+    usable_until_by_kind: dict[PayloadKind, float | None]
     #: The source payloads this snapshot was built from (what persistence stores).
     inputs: tuple[SourceInput, ...] = ()
+    #: The configuration revision it was built under.
+    config_revision: int = 0
+    #: The effective time its data was judged at (a lower bound of the time the client saw).
+    evaluated_at: float = 0.0
+    #: The client's effective clock (`check` reads it); None: `check` needs ``now``.
+    keeper: TimeKeeper | None = None
+
+    @property
+    def usable_until(self) -> float | None:
+        """The earliest usable-until time over the kinds (None: never)."""
+        times = [t for t in self.usable_until_by_kind.values() if t is not None]
+        return min(times, default=None)
+
+    def view(self) -> SnapshotView:
+        """The snapshot with its per-kind usable-until times (queries take ``now``)."""
+        return SnapshotView(self.snapshot, self.usable_until_by_kind)
+
+    def check(self, kind: PayloadKind, now: float | None = None) -> Snapshot:
+        """The snapshot if ``kind`` is usable at ``now`` (the client's effective time).
+
+        Raises:
+            SnapshotExpiredError: ``kind`` is past its usable-until time; get a new snapshot.
+        """
+        if now is None:
+            if self.keeper is None:
+                raise ValueError("check() needs now= for a snapshot without a clock")
+            now = self.keeper.now()
+        return self.view().check(now, kind)
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +136,9 @@ class ClientStatus:
     started_groups: tuple[str, ...]
     sources: tuple[SourceStatus, ...]
     cleanup_overdue: bool
+    #: What each source's data is worth now (``ready``, ``ready_empty``, ``expired``,
+    #: ``untrusted``, ``revoked``, ``none``).
+    availability: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,7 +229,9 @@ class Client:
         persisted state (by source name); a name not configured is an error.
         """
         self.config = config
-        self.clock = clock or SystemClock()
+        #: The effective time every judgement of this client uses (never moves back).
+        self.keeper = TimeKeeper(clock or SystemClock(), tolerance=config.clock_tolerance)
+        self.clock: Clock = self.keeper
         self.state = ClientState.CREATED
         self.epoch = 0
         self.generation = 0
@@ -187,16 +242,22 @@ class Client:
         self._done: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
-        self._sources: dict[str, tuple[SourceConfig, Source]] = {}
-        self._aggregator: Aggregator | None = None
-        self._aggregator_scope: anyio.CancelScope | None = None
         self._aggregator_done: anyio.Event | None = None
         self._last_status_key: object = None
         #: The SLURM files and the policy in force (kept across `apply_config`).
         self.slurm = SlurmFiles(
             config.slurm, poll_interval=config.poll_interval, on_change=self._slurm_changed
         )
-        self._build_aggregator(config, previous=None)
+        self._sources: dict[str, tuple[SourceConfig, Source]] = {}
+        self._sources = self._make_sources(config)
+        self._aggregator = Aggregator(
+            [],
+            self._on_build,
+            keeper=self.keeper,
+            groups=self._groups(config),
+            slurm_policy=lambda: self.slurm.policy,
+        )
+        self._aggregator.on_status = self._on_status
         for name, payload in (recovered or {}).items():
             self.seed(name, payload)
 
@@ -242,7 +303,11 @@ class Client:
                 self._finish_close()
 
     async def aclose(self) -> None:
-        """Stop everything; bounded by ``cleanup_timeout``. Safe to call more than once."""
+        """Stop everything; bounded by ``cleanup_timeout``. Safe to call more than once.
+
+        The sources stop first; a withdrawal they already decided is built and becomes the
+        current snapshot (without events) before the tasks end.
+        """
         if self.state in (ClientState.CREATED, ClientState.OPEN):
             self._finish_close()
             return
@@ -251,16 +316,21 @@ class Client:
         ):
             return
         self.state = ClientState.CLOSING
-        if self._scope is not None:
-            self._scope.cancel()
         assert self._done is not None
         with anyio.move_on_after(self.config.cleanup_timeout) as waited:
+            self._aggregator.close()
+            if self._aggregator_done is not None:
+                await self._aggregator_done.wait()
+            if self._scope is not None:
+                self._scope.cancel()
             await self._done.wait()
         if waited.cancelled_caught:
+            if self._scope is not None:
+                self._scope.cancel()
             self.cleanup_overdue = True
             log.warning(
-                "client close: sources still busy after %.1f s (e.g. a parse in a worker "
-                "thread); they will stop when it returns",
+                "client close: still busy after %.1f s (e.g. a parse in a worker thread); "
+                "it stops when that returns",
                 self.config.cleanup_timeout,
             )
             return
@@ -289,10 +359,11 @@ class Client:
             epoch=self.epoch,
             revision=self.config.revision,
             generation=self.generation,
-            active=dict(agg.active) if agg else dict.fromkeys(PayloadKind),
-            started_groups=tuple(sorted(agg.started_groups())) if agg else (),
+            active=dict(agg.active),
+            started_groups=tuple(sorted(agg.started_groups())),
             sources=tuple(source.status for _, source in self._sources.values()),
             cleanup_overdue=self.cleanup_overdue,
+            availability={name: a.value for name, a in agg.availability().items()},
         )
 
     async def wait_ready(
@@ -333,9 +404,9 @@ class Client:
         """Switch to ``config`` (a higher revision); returns the revision now in force.
 
         Sources whose configuration is unchanged keep running and keep their data; removed
-        ones are cancelled and nothing they deliver later is accepted. Watches get a
-        `ResyncRequiredError` (a new epoch starts). A configuration whose sources cannot be
-        built raises ValueError and changes nothing.
+        ones are cancelled and nothing they deliver later is accepted; the group selection
+        keeps its state (started groups, start-up windows, fail-back clocks). A configuration
+        whose sources cannot be built raises ValueError and changes nothing.
         """
         if config.revision <= self.config.revision:
             raise ValueError(
@@ -343,112 +414,90 @@ class Client:
             )
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             raise RuntimeError("the client is closing")
-        previous = self._aggregator
         # Build first: a source that cannot be made (e.g. an unreadable CA file) raises here,
         # before anything changed, so a refused configuration leaves the client as it was.
-        self._build_aggregator(config, previous=previous)
+        sources = self._make_sources(config)
+        self._sources = sources
         self.config = config
+        self.keeper.tolerance = config.clock_tolerance
         self.slurm.poll_interval = config.poll_interval
         self.slurm.set_paths(config.slurm)
-        self.epoch += 1
-        for watch in list(self._watches):
-            watch.fail(ResyncRequiredError(f"configuration revision {config.revision} applied"))
-        if self.state is ClientState.RUNNING:
-            if self._aggregator_scope is not None:
-                self._aggregator_scope.cancel()
-            if self._aggregator_done is not None:
-                # A kept source must not run twice at once: let the old round end first.
-                with anyio.move_on_after(config.cleanup_timeout):
-                    await self._aggregator_done.wait()
-            await self._start_aggregator()
-        log.info("configuration revision %d applied (epoch %d)", config.revision, self.epoch)
+        self._aggregator.reconfigure(self._groups(config))
+        log.info("configuration revision %d applied", config.revision)
         return config.revision
 
     # ------------------------------------------------------------------ internals
-    def _build_aggregator(self, config: ClientConfig, previous: Aggregator | None) -> None:
+    def _make_sources(self, config: ClientConfig) -> dict[str, tuple[SourceConfig, Source]]:
         sources: dict[str, tuple[SourceConfig, Source]] = {}
         for entry in config.sources:
-            kept = self._sources.get(entry.name)
-            if kept is not None and kept[0] == entry:
-                sources[entry.name] = kept
+            old = self._sources.get(entry.name)
+            if old is not None and old[0] == entry:
+                sources[entry.name] = old
             else:
-                sources[entry.name] = (entry, make_source(entry, config, self.clock))
-        groups = [
-            Group(g, tuple(s for c, s in sources.values() if c.group == g.name))
+                sources[entry.name] = (entry, make_source(entry, config, self.keeper))
+        return sources
+
+    def _groups(self, config: ClientConfig) -> list[Group]:
+        return [
+            Group(g, tuple(s for c, s in self._sources.values() if c.group == g.name))
             for g in config.effective_groups()
         ]
-        aggregator = Aggregator(
-            [],
-            self._on_snapshot,
-            clock=self.clock,
-            groups=groups,
-            clock_tolerance=config.clock_tolerance,
-            slurm_policy=lambda: self.slurm.policy,
-        )
-        aggregator.on_status = self._on_status
-        if previous is not None:
-            # Unchanged sources keep their data (and its acceptance time) across the change.
-            for name, (_, source) in sources.items():
-                if self._sources.get(name, (None, None))[1] is source:
-                    previous.hand_over(name, aggregator)
-        self._sources = sources
-        self._aggregator = aggregator
 
     def seed(self, name: str, recovered: Recovered) -> None:
         """Give source ``name`` a payload restored from persisted state; only before `run`."""
         if self.state not in (ClientState.CREATED, ClientState.OPEN):
             raise RuntimeError(f"cannot seed a client that is {self.state.value}")
-        assert self._aggregator is not None
         self._aggregator.seed(name, recovered)
 
     async def _start_aggregator(self) -> None:
         assert self._tg is not None
         aggregator = self._aggregator
-        assert aggregator is not None
-
         done = anyio.Event()
 
         async def run_it(*, task_status: TaskStatus[None]) -> None:
             try:
-                with anyio.CancelScope() as scope:
-                    self._aggregator_scope = scope
-                    await aggregator.run(task_status=task_status)
+                await aggregator.run(task_status=task_status)
             finally:
                 done.set()
 
         self._aggregator_done = done
         await self._tg.start(run_it)
 
-    async def _on_snapshot(self, snapshot: Snapshot) -> None:
-        agg = self._aggregator
-        assert agg is not None
+    async def _on_build(self, build: Build) -> None:
         self.generation += 1
         current = ClientSnapshot(
-            snapshot,
+            build.snapshot,
             self.epoch,
             self.generation,
-            dict(agg.active),
-            agg.next_expiry_wall,
-            agg.inputs(),
+            dict(build.active),
+            dict(build.usable_until),
+            build.inputs,
+            config_revision=self.config.revision,
+            evaluated_at=build.evaluated_at,
+            keeper=self.keeper,
         )
         self._current = current
+        if self.state is ClientState.CLOSING:
+            return  # the view is committed; no events once closing began
         for watch in list(self._watches):
             watch.offer(SnapshotEvent(current))
         self._wake()
 
     def _slurm_changed(self) -> None:
-        if self._aggregator is not None:
-            self._aggregator.poke()
+        self._aggregator.poke()
 
     def _on_status(self) -> None:
         status = self.get_status()
         key = (
             tuple(sorted((k.value, v or "") for k, v in status.active.items())),
             tuple((s.name, s.state) for s in status.sources),
+            tuple(sorted(status.availability.items())),
         )
         if key == self._last_status_key:
             return
         self._last_status_key = key
+        if self.state is ClientState.CLOSING:
+            return
         for watch in list(self._watches):
             watch.offer(StatusEvent(status))
         self._wake()

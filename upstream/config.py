@@ -9,15 +9,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from upstream.file_source import FileSource
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
 from upstream.selection import GroupSpec
-
-if TYPE_CHECKING:
-    from upstream.aggregate import Source
-    from upstream.clock import Clock
+from upstream.source import Source
+from upstream.timekeeper import TimeKeeper
 
 #: The group of sources given without one (``--source`` on the command line).
 IMPLICIT_GROUP = "default"
@@ -121,8 +119,8 @@ class ClientConfig:
         return (GroupConfig(IMPLICIT_GROUP, 0, startup_timeout=0.0, failback_delay=0.0),)
 
 
-def make_source(source: SourceConfig, config: ClientConfig, clock: Clock) -> Source:
-    """The source object for one entry (constructors do no I/O)."""
+def make_source(source: SourceConfig, config: ClientConfig, clock: TimeKeeper) -> Source:
+    """The source object for one entry (constructors do no I/O); ``clock`` is the shared one."""
     url = source.url
     scheme = url.partition("://")[0] if "://" in url else ""
     poll = source.poll_interval if source.poll_interval is not None else config.poll_interval

@@ -2,7 +2,10 @@
 
 A file that does not exist yet is not an error: the source waits for it. A file whose content is
 invalid is rejected with the reason and the previous payload stays in force; the same bytes are
-not parsed again. Identical content (even with a new mtime) emits nothing.
+not parsed again. Identical content (even with a new mtime) delivers nothing and refreshes
+nothing. An export whose stated build time lies beyond the raw wall clock plus the clock
+tolerance is held back (class ``time``) and admitted once the wall clock allows it. The source
+can refresh (`FileSource.refreshing`) while its last look found a readable, valid file.
 """
 
 from __future__ import annotations
@@ -10,24 +13,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-from collections.abc import Callable
 from pathlib import Path
 
 import anyio
 
-from upstream.clock import Clock, SystemClock
+from snapshot.kinds import ALL_KINDS, PayloadKind
+from upstream.clock import Clock
 from upstream.json_format import (
     DEFAULT_MAX_ASPA_PROVIDERS,
     FormatError,
     SourcePayload,
+    check_generated,
     decompress,
     parse_export,
 )
+from upstream.source import Delivery, DeliverySink, payload_identity
 from upstream.status import SourceState, SourceStatus
+from upstream.timekeeper import as_keeper
 
 log = logging.getLogger(__name__)
-
-PayloadSink = Callable[[str, SourcePayload], None]
 
 #: 1 GiB: about ten times today's largest global export, uncompressed.
 DEFAULT_MAX_BYTES = 1 << 30
@@ -43,8 +47,8 @@ def _read_and_parse(
     known: tuple[bytes | None, ...],
     max_aspa_providers: int,
     max_bytes: int = DEFAULT_MAX_BYTES,
-) -> tuple[bytes, int, SourcePayload | None]:
-    """(digest, size, payload); payload is None when the digest is one of ``known``."""
+) -> tuple[bytes, int, Delivery | None]:
+    """(digest, size, delivery); the delivery is None when the digest is one of ``known``."""
     raw = path.read_bytes()
     digest = hashlib.sha256(raw).digest()
     size = len(raw)
@@ -54,7 +58,8 @@ def _read_and_parse(
         raise FormatError(f"file of {size} bytes exceeds the limit of {max_bytes} bytes")
     data = decompress(raw, max_size=max_bytes)
     del raw
-    return digest, size, parse_export(data, max_aspa_providers=max_aspa_providers)
+    payload = parse_export(data, max_aspa_providers=max_aspa_providers)
+    return digest, size, Delivery(payload, payload_identity(payload))
 
 
 def _digest_of(path: Path) -> bytes | None:
@@ -68,6 +73,10 @@ class FileSource:
     """Polls one file every ``poll_interval`` seconds and emits each new valid payload."""
 
     kind = "file"
+    #: A local file: its data is judged by its entries' absolute expiry alone.
+    online = False
+    #: An export can hold every kind.
+    capabilities: frozenset[PayloadKind] = ALL_KINDS
 
     def __init__(
         self,
@@ -89,20 +98,30 @@ class FileSource:
         #: Largest export accepted, compressed and decompressed (a decompression bomb is
         #: rejected like any malformed update).
         self.max_bytes = max_bytes
-        self.clock = clock or SystemClock()
+        self.keeper = as_keeper(clock)
+        self.clock: Clock = self.keeper
         self.status = SourceStatus(self.name, self.kind, str(path))
         self._signature: tuple[int, int, int] | None = None
         self._digest: bytes | None = None
         self._rejected_digest: bytes | None = None
+        #: A valid export held back because its build time is ahead of the wall clock.
+        self._held: tuple[bytes, int, Delivery] | None = None
 
-    async def run(self, sink: PayloadSink) -> None:
-        """Poll forever (until cancelled), calling ``sink(name, payload)`` on each new payload."""
+    def refreshing(self) -> bool:
+        """True before the first look and while the last one found a readable, valid file."""
+        return not self.status.attempted or self.status.state is SourceState.OK
+
+    def resync(self) -> None:
+        """Nothing to do: a file's data is not distrusted by clock jumps (see ``online``)."""
+
+    async def run(self, sink: DeliverySink) -> None:
+        """Poll forever (until cancelled), calling ``sink`` with each new delivery."""
         while True:
             await self.check(sink)
             await anyio.sleep(self.poll_interval)
 
-    async def check(self, sink: PayloadSink) -> bool:
-        """One poll; True when a new payload was emitted."""
+    async def check(self, sink: DeliverySink) -> bool:
+        """One poll; True when a new payload was delivered."""
         try:
             st = await anyio.to_thread.run_sync(os.stat, self.path)
         except FileNotFoundError:
@@ -119,10 +138,11 @@ class FileSource:
             return False
         signature = (st.st_size, st.st_mtime_ns, st.st_ino)
         if signature == self._signature:
-            return False
+            return self._admit_held(sink)
+        self._held = None
         started = self.clock.monotonic()
         try:
-            digest, size, payload = await anyio.to_thread.run_sync(
+            digest, size, delivery = await anyio.to_thread.run_sync(
                 _read_and_parse,
                 self.path,
                 (self._digest, self._rejected_digest),
@@ -148,7 +168,7 @@ class FileSource:
             return False
         self._signature = signature
         self.status.bytes_read += size
-        if payload is None:
+        if delivery is None:
             if digest == self._digest:
                 self.status.syncs += 1  # the content in force, confirmed
             if digest == self._digest and self.status.state is not SourceState.OK:
@@ -159,22 +179,49 @@ class FileSource:
             else:
                 log.debug("source %s: %s touched, content unchanged", self.name, self.path)
             return False
-        self._digest = digest
+        self._held = (digest, size, delivery)
+        return self._admit_held(
+            sink, f" ({size} bytes) in {self.clock.monotonic() - started:.2f} s"
+        )
+
+    def _admit_held(self, sink: DeliverySink, how: str = "") -> bool:
+        """Deliver the export read last, unless its build time is still ahead of the clock."""
+        if self._held is None:
+            return False
+        digest, _, delivery = self._held
+        payload = delivery.payload
+        keeper = self.keeper
+        reason = (
+            None  # offline evaluation at a fixed time: no clock to check against
+            if keeper.frozen
+            else check_generated(payload.generated, keeper.wall(), keeper.tolerance)
+        )
         status = self.status
+        if reason is not None:
+            if status.last_error != reason:
+                log.error(
+                    "source %s: export %s held back: %s; the previous data stays in force",
+                    self.name,
+                    self.path,
+                    reason,
+                )
+            status.failed("time", reason, self.keeper.wall())
+            return False
+        self._held = None
+        self._digest = digest
         status.state = SourceState.OK
         status.attempted = True
         status.syncs += 1
         status.last_success_wall = self.clock.wall()
         status.records = payload.counts()
         log.info(
-            "source %s: loaded %s (%d bytes) in %.2f s: %s",
+            "source %s: loaded %s%s: %s",
             self.name,
             self.path,
-            size,
-            self.clock.monotonic() - started,
+            how,
             ", ".join(f"{k}={v}" for k, v in status.records.items()),
         )
-        sink(self.name, payload)
+        sink(delivery)
         return True
 
     def _environment_error(self, exc: OSError) -> None:

@@ -8,8 +8,13 @@ Contract:
   neither touches the network.
 * **Conditional polling.** Each poll sends ``If-None-Match`` / ``If-Modified-Since`` with the
   validators of the last complete response. A ``304``, or a ``200`` whose body (after undoing any
-  Content-Encoding) has the SHA-256 of the content in force, emits nothing: no expiry is
-  refreshed, the poll is only recorded in `status`.
+  Content-Encoding) has the SHA-256 of the content in force, delivers nothing: no expiry is
+  refreshed, no trust is restored, the poll is only recorded in `status`. An export whose
+  stated build time lies beyond the raw wall clock plus the clock tolerance is held back
+  (class ``time``) and admitted once the wall clock allows it.
+* **Refreshing.** The source can refresh (`HttpSource.refreshing`) while its last poll
+  succeeded (a 200 with a valid body, or a 304/identical body for data in force); a failed
+  fetch, an error status or a rejected body ends that until the next success.
 * **Bounded work.** The body is streamed and counted as it arrives; more than ``max_bytes`` raw
   bytes, more than ``max_bytes`` after undoing gzip/deflate Content-Encoding, or more than
   ``max_bytes`` after undoing a gzip/bzip2/xz body (in the worker thread) aborts the update.
@@ -51,7 +56,7 @@ import random
 import re
 import ssl
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -62,20 +67,21 @@ from typing import Final
 import anyio
 import httpx
 
-from upstream.clock import Clock, SystemClock
+from snapshot.kinds import ALL_KINDS, PayloadKind
+from upstream.clock import Clock
 from upstream.json_format import (
     DEFAULT_MAX_ASPA_PROVIDERS,
     FormatError,
     SizeLimitError,
-    SourcePayload,
+    check_generated,
     decompress,
     parse_export,
 )
+from upstream.source import Delivery, DeliverySink, payload_identity
 from upstream.status import SourceState, SourceStatus
+from upstream.timekeeper import as_keeper
 
 log = logging.getLogger(__name__)
-
-PayloadSink = Callable[[str, SourcePayload], None]
 
 #: Default cap on the body, raw and decoded (real full exports are 60–80 MB of JSON).
 DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
@@ -331,7 +337,7 @@ def _decompress_bounded(data: bytes, limit: int) -> bytes:
 @dataclass(frozen=True, slots=True)
 class _Parsed:
     digest: bytes
-    payload: SourcePayload | None = None
+    delivery: Delivery | None = None
     failure: _PollError | None = None
 
 
@@ -349,7 +355,8 @@ def _digest_and_parse(
     chunks.clear()
     try:
         data = _decompress_bounded(data, limit)
-        return _Parsed(digest, parse_export(data, max_aspa_providers=max_aspa_providers))
+        payload = parse_export(data, max_aspa_providers=max_aspa_providers)
+        return _Parsed(digest, Delivery(payload, payload_identity(payload)))
     except FormatError as exc:
         return _Parsed(digest, failure=_PollError("format", str(exc)))
     except _PollError as failure:
@@ -375,6 +382,10 @@ class HttpSource:
     """Polls one URL every ``poll_interval`` seconds and emits each new valid payload."""
 
     kind = "http"
+    #: Its data comes from a live upstream: distrusted after a clock jump.
+    online = True
+    #: An export can hold every kind.
+    capabilities: frozenset[PayloadKind] = ALL_KINDS
 
     def __init__(
         self,
@@ -416,7 +427,8 @@ class HttpSource:
         self.name = name or url
         self.poll_interval = poll_interval
         self.max_aspa_providers = max_aspa_providers
-        self.clock = clock or SystemClock()
+        self.keeper = as_keeper(clock)
+        self.clock: Clock = self.keeper
         self.max_bytes = max_bytes
         self.total_timeout = total_timeout
         self.retry_initial = retry_initial
@@ -451,12 +463,24 @@ class HttpSource:
         self._last_rejected = False
         self._digest: bytes | None = None
         self._rejected_digest: bytes | None = None
+        #: A valid export held back because its build time is ahead of the wall clock.
+        self._held: tuple[bytes, Delivery, str] | None = None
+        self._wake: anyio.Event | None = None
 
     def __repr__(self) -> str:
         return f"HttpSource(name={self.name!r}, url={str(self.url)!r})"
 
-    async def run(self, sink: PayloadSink) -> None:
-        """Poll forever (until cancelled), calling ``sink(name, payload)`` on each new payload."""
+    def refreshing(self) -> bool:
+        """True before the first poll and while the last poll succeeded."""
+        return not self.status.attempted or self.status.state is SourceState.OK
+
+    def resync(self) -> None:
+        """Poll now instead of at the end of the current wait."""
+        if self._wake is not None:
+            self._wake.set()
+
+    async def run(self, sink: DeliverySink) -> None:
+        """Poll forever (until cancelled), calling ``sink`` with each new delivery."""
         async with self._client_scope() as client:
             while True:
                 _, failure = await self._poll(client, sink)
@@ -474,9 +498,12 @@ class HttpSource:
                         delay,
                     )
                 self.next_delay = delay
-                await anyio.sleep(delay)
+                self._wake = anyio.Event()
+                with anyio.move_on_after(delay):
+                    await self._wake.wait()
+                self._wake = None
 
-    async def check(self, sink: PayloadSink) -> bool:
+    async def check(self, sink: DeliverySink) -> bool:
         """One poll (with a client of its own unless one was injected); True when emitted.
 
         Not to be called while `run` is running.
@@ -514,7 +541,7 @@ class HttpSource:
     # ------------------------------------------------------------ one poll
 
     async def _poll(
-        self, client: httpx.AsyncClient, sink: PayloadSink
+        self, client: httpx.AsyncClient, sink: DeliverySink
     ) -> tuple[bool, _PollError | None]:
         """(emitted, the environment failure to retry soon, if any)."""
         started = self.clock.monotonic()
@@ -542,7 +569,7 @@ class HttpSource:
             return False, None
         if response.status == 304:
             self._not_modified(response)
-            return False, None
+            return self._admit_held(sink), None
         assert response.chunks is not None
         parsed = await anyio.to_thread.run_sync(
             _digest_and_parse,
@@ -690,9 +717,8 @@ class HttpSource:
             log.debug("source %s: %s %s", self.name, self.url, how)
 
     def _evaluated(
-        self, response: _Response, parsed: _Parsed, started: float, sink: PayloadSink
+        self, response: _Response, parsed: _Parsed, started: float, sink: DeliverySink
     ) -> bool:
-        status = self.status
         if parsed.failure is not None:
             self._last_rejected = True
             self._rejected_digest = parsed.digest
@@ -706,30 +732,55 @@ class HttpSource:
                 failure.message,
             )
             return False
-        if parsed.payload is None:
+        if parsed.delivery is None:
             self._last_rejected = parsed.digest == self._rejected_digest
             if not self._last_rejected:
                 self._rejected_digest = None
             self._unchanged("content unchanged")
-            return False
-        self._digest = parsed.digest
+            return self._admit_held(sink)
         self._rejected_digest = None
         self._last_rejected = False
-        payload = parsed.payload
+        encoded = "" if response.size == response.raw_bytes else f", {response.raw_bytes} encoded"
+        how = f" ({response.size} bytes{encoded}) in {self.clock.monotonic() - started:.2f} s"
+        self._held = (parsed.digest, parsed.delivery, how)
+        return self._admit_held(sink)
+
+    def _admit_held(self, sink: DeliverySink) -> bool:
+        """Deliver the body read last, unless its build time is still ahead of the clock."""
+        if self._held is None:
+            return False
+        digest, delivery, how = self._held
+        payload = delivery.payload
+        status = self.status
+        keeper = self.keeper
+        reason = (
+            None  # offline evaluation at a fixed time: no clock to check against
+            if keeper.frozen
+            else check_generated(payload.generated, keeper.wall(), keeper.tolerance)
+        )
+        if reason is not None:
+            if status.last_error != reason:
+                log.error(
+                    "source %s: export from %s held back: %s; the previous data stays in force",
+                    self.name,
+                    self.url,
+                    reason,
+                )
+            status.failed("time", reason, self.keeper.wall())
+            return False
+        self._held = None
+        self._digest = digest
         status.state = SourceState.OK
         status.attempted = True
         status.syncs += 1
         status.last_success_wall = self.clock.wall()
         status.records = payload.counts()
-        encoded = "" if response.size == response.raw_bytes else f", {response.raw_bytes} encoded"
         log.info(
-            "source %s: loaded %s (%d bytes%s) in %.2f s: %s",
+            "source %s: loaded %s%s: %s",
             self.name,
             self.url,
-            response.size,
-            encoded,
-            self.clock.monotonic() - started,
+            how,
             ", ".join(f"{k}={v}" for k, v in status.records.items()),
         )
-        sink(self.name, payload)
+        sink(delivery)
         return True

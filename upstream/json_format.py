@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Protocol
 
+from snapshot.kinds import PayloadKind
 from snapshot.model import (
     SKI_LENGTH,
     V4_KEY_SIZE,
@@ -84,6 +85,35 @@ class SourcePayload:
             default=NO_EXPIRY,
         )
         return None if first == NO_EXPIRY else first
+
+    def next_expiry(self, now: float, kind: PayloadKind | None = None) -> int | None:
+        """The first expiry after ``now`` of the entries of ``kind`` (all kinds when None)."""
+        parts: list[Iterable[int]] = []
+        if kind in (None, PayloadKind.VRP):
+            parts += [self.v4_expires, self.v6_expires]
+        if kind in (None, PayloadKind.ROUTER_KEY):
+            parts.append(t for _, t in self.router_keys)
+        if kind in (None, PayloadKind.ASPA):
+            parts.append(t for _, t in self.aspas)
+        first = min((e for e in itertools.chain(*parts) if e > now), default=NO_EXPIRY)
+        return None if first == NO_EXPIRY else first
+
+    def last_expiry(self) -> int | None:
+        """When the last entry expires (None: some entry never does, or there is none)."""
+        last = max(
+            itertools.chain(
+                self.v4_expires,
+                self.v6_expires,
+                (t for _, t in self.router_keys),
+                (t for _, t in self.aspas),
+            ),
+            default=None,
+        )
+        return None if last is None or last >= NO_EXPIRY else last
+
+    def is_empty(self) -> bool:
+        """True when the payload holds no entry at all (expired or not)."""
+        return not (self.v4 or self.v6 or self.router_keys or self.aspas)
 
     def snapshot_at(self, now: int) -> Snapshot:
         """The entries still valid at ``now`` (an entry is valid while ``now < expires``)."""
@@ -461,8 +491,16 @@ def _list(doc: dict[str, Any], name: str, label: str) -> list[Any] | None:
 
 
 def _sections(doc: dict[str, Any]) -> list[Section]:
-    """The payload arrays of a document, whatever shape it has, labelled as written."""
-    out: list[Section] = [("vrp", "roas", _list(doc, "roas", "roas") or [])]
+    """The payload arrays of a document, whatever shape it has, labelled as written.
+
+    Every export format names its VRPs ``roas``: a document without that section (``{}``, a
+    proxy's ``{"error": ...}``) is not an export, and never an empty one.
+    """
+    roas = _list(doc, "roas", "roas")
+    if roas is None:
+        names = ", ".join(repr(k)[:40] for k in list(doc)[:5]) or "none"
+        raise FormatError(f"not an export: no 'roas' section (top-level keys: {names})")
+    out: list[Section] = [("vrp", "roas", roas)]
     for name in ("bgpsec_keys", "routerKeys", "router-keys"):
         keys = _list(doc, name, name)
         if keys is not None:
@@ -488,7 +526,7 @@ def _generated(doc: dict[str, Any]) -> int | None:
     meta = doc.get("metadata")
     if not isinstance(meta, dict):
         return None
-    for name in ("generated", "buildtime"):
+    for name in ("generated", "buildtime", "generatedTime"):
         value = meta.get(name)
         if value is not None:
             try:
@@ -496,6 +534,20 @@ def _generated(doc: dict[str, Any]) -> int | None:
             except PayloadError:
                 return None
     return None
+
+
+def check_generated(generated: int | None, wall: float, tolerance: float) -> str | None:
+    """Why an export built at ``generated`` cannot be admitted at raw wall time ``wall``.
+
+    An export stating a build time later than the wall clock plus ``tolerance`` comes from a
+    clock we cannot reconcile with ours: it is held back (None: it may be admitted).
+    """
+    if generated is None or generated <= wall + tolerance:
+        return None
+    return (
+        f"the export says it was built at {generated}, {generated - wall:.0f} s after the wall "
+        f"clock ({wall:.0f}); beyond the clock tolerance of {tolerance:g} s"
+    )
 
 
 def parse_export(

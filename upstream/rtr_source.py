@@ -9,9 +9,17 @@
 # Decisions: connection failures, a cache closing the connection and Cache Restart keep the
 # data (until Expire) and reconnect with exponential backoff plus jitter (``retry_initial`` ..
 # ``retry_max``, reset by every successful sync); a version downgrade reconnects at once.
-# After a fatal error the data is withdrawn at once (an empty payload). An End of Data that
-# changes nothing is not handed over again. A query that gets no byte of answer within
-# ``response_timeout`` seconds ends the connection.
+# After a fatal error the data is withdrawn at once (a revoking `Delivery`). Every End of
+# Data is a new successful sync: it is delivered (the same payload object when nothing
+# changed) with a source-wide deadline of the shared effective time plus the cache's Expire
+# interval, which is what the aggregator judges; the Expire watch below also withdraws the
+# data and resets the session on the monotonic clock. A query that gets no byte of answer
+# within ``response_timeout`` seconds ends the connection.
+#
+# Refreshing (for failover): the source can refresh while connected after an End of Data on
+# that connection, and for the cache's Retry interval after the connection is lost; never
+# before its first sync (after its first attempt). A distrusted source (`resync`) sends its
+# next query at once instead of at the end of its Refresh interval.
 
 from __future__ import annotations
 
@@ -23,7 +31,6 @@ import random
 import re
 import socket
 from array import array
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import anyio
@@ -39,15 +46,17 @@ from rtr_server.protocol import (
     Publish,
     Transmit,
 )
+from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
-from upstream.clock import Clock, SystemClock
+from upstream.clock import Clock
 from upstream.json_format import NO_EXPIRY, SourcePayload
-from upstream.selection import PayloadKind
+from upstream.source import Delivery, DeliverySink
 from upstream.status import SourceState, SourceStatus
+from upstream.timekeeper import as_keeper
 
 log = logging.getLogger(__name__)
 
-PayloadSink = Callable[[str, SourcePayload], None]
+PayloadSink = DeliverySink
 
 #: IANA port of rpki-rtr over plain TCP (bis §9), used when the URL names none.
 DEFAULT_PORT = 323
@@ -162,6 +171,8 @@ class RtrSource:
     """
 
     kind = "rtr"
+    #: Its data comes from a live upstream: distrusted after a clock jump.
+    online = True
 
     def __init__(
         self,
@@ -180,7 +191,8 @@ class RtrSource:
             raise ValueError("need connect_timeout > 0 and 0 < retry_initial <= retry_max")
         self.url = url
         self.name = name or url
-        self.clock = clock or SystemClock()
+        self.keeper = as_keeper(clock)
+        self.clock: Clock = self.keeper
         self.connect_timeout = connect_timeout
         self.retry_initial = retry_initial
         self.retry_max = retry_max
@@ -199,19 +211,31 @@ class RtrSource:
         self._expire_at: float | None = None
         #: True while the sink holds data from us (not withdrawn).
         self._live = False
+        #: Monotonic time until which the source counts as refreshing (inf: in sync now).
+        self._healthy_until = -math.inf
+        #: The payload handed over last and the snapshot it was made from (reused unchanged).
+        self._payload: tuple[Snapshot, SourcePayload] | None = None
+        self._syncs = 0
+        #: Cancelled by `resync` to end the wait for the next poll.
+        self._idle_scope: anyio.CancelScope | None = None
+        self._resync = False
 
     @property
     def has_data(self) -> bool:
         """True while our last hand-over is live data (not withdrawn after Expire or errors)."""
         return self._live
 
-    def persist_info(self) -> tuple[float | None, int | None, int | None]:
-        """(wall time the data expires, cache session id, serial) for persisted state."""
-        expire_at = self._expire_at
-        expires = (
-            None if expire_at is None else self.clock.wall() + (expire_at - self.clock.monotonic())
-        )
-        return expires, self.session.session_id, self.session.serial
+    def refreshing(self) -> bool:
+        """See the module comment: in sync, or within Retry of losing the connection."""
+        if not self.status.attempted:
+            return True
+        return self.clock.monotonic() < self._healthy_until
+
+    def resync(self) -> None:
+        """Send the next query as soon as the connection is idle."""
+        self._resync = True
+        if self._idle_scope is not None:
+            self._idle_scope.cancel()
 
     @property
     def capabilities(self) -> frozenset[PayloadKind]:
@@ -265,6 +289,8 @@ class RtrSource:
             return False
         finally:
             self.connected = self.status.connected = False
+            if self._healthy_until == math.inf:
+                self._healthy_until = self.clock.monotonic() + self.session.timers.retry
             if self.session.state is not ClientState.DISCONNECTED:
                 self.session.connection_lost()
             if stream is not None:
@@ -281,11 +307,16 @@ class RtrSource:
                 busy = session.busy
                 deadline = anyio.current_time() + self.response_timeout if busy else poll_at
                 data: bytes | None = None
-                with anyio.CancelScope(deadline=deadline):
+                if not busy and self._resync:
+                    deadline = anyio.current_time()
+                self._resync = False
+                with anyio.CancelScope(deadline=deadline) as scope:
+                    self._idle_scope = None if busy else scope
                     try:
                         data = await stream.receive(RECEIVE_SIZE)
                     except anyio.EndOfStream:
                         data = b""
+                self._idle_scope = None
                 if data is not None:
                     self.status.bytes_read += len(data)
                     session.receive_data(data)
@@ -331,13 +362,16 @@ class RtrSource:
         status.records = snapshot.counts()
         if action.synced:
             self._expire_at = self.clock.monotonic() + self.session.timers.expire
+            self._healthy_until = math.inf
             self._failures = 0
+            self._syncs += 1
             status.state = SourceState.OK
             status.syncs += 1
             status.last_success_wall = self.clock.wall()
+        payload = self._payload_of(snapshot)
         if not action.changed and self._live:
             log.debug("source %s: serial %s, no change", self.name, self.session.serial)
-            status.attempted = True
+            self._emit(sink, payload, live=True)
             return
         log.info(
             "source %s: %s serial %s (session %s, version %d): %s",
@@ -348,7 +382,15 @@ class RtrSource:
             self.session.version,
             ", ".join(f"{k}={v}" for k, v in status.records.items()),
         )
-        self._emit(sink, payload_of(snapshot), live=True)
+        self._emit(sink, payload, live=True)
+
+    def _payload_of(self, snapshot: Snapshot) -> SourcePayload:
+        cached = self._payload
+        if cached is not None and cached[0] is snapshot:
+            return cached[1]
+        payload = payload_of(snapshot)
+        self._payload = (snapshot, payload)
+        return payload
 
     async def _on_disconnect(
         self, stream: SocketStream, action: Disconnect, sink: PayloadSink
@@ -389,16 +431,30 @@ class RtrSource:
 
     def _withdraw(self, sink: PayloadSink, reason: str) -> None:
         self._expire_at = None
+        self._healthy_until = -math.inf
+        self._payload = None
         self.status.records = {}
         if self._live:
             log.warning("source %s: data from %s withdrawn (%s)", self.name, self.cache, reason)
-            self._emit(sink, SourcePayload(), live=False)
+            self._live = False
+            self.emitted += 1
+            sink(Delivery.withdrawal(f"rtr:withdrawn:{self._syncs}".encode()))
 
     def _emit(self, sink: PayloadSink, payload: SourcePayload, *, live: bool) -> None:
+        """Hand ``payload`` over as the data of the latest sync (its Expire runs from now)."""
         self._live = live
         self.status.attempted = True
         self.emitted += 1
-        sink(self.name, payload)
+        remaining = None if self._expire_at is None else self._expire_at - self.clock.monotonic()
+        sink(
+            Delivery(
+                payload,
+                f"rtr:sync:{self._syncs}".encode(),
+                expires_at=None if remaining is None else self.keeper.now() + remaining,
+                rtr_session=self.session.session_id,
+                rtr_serial=self.session.serial,
+            )
+        )
 
     async def _watch_expiry(self, sink: PayloadSink) -> None:
         """Withdraw the data once Expire has passed since the last successful sync."""

@@ -24,9 +24,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from upstream.clock import Clock, FixedWallClock
+from upstream.clock import Clock, FixedWallClock, SystemClock
 
-__all__ = ["Anchor", "TimeKeeper"]
+__all__ = ["Anchor", "TimeKeeper", "as_keeper"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,3 +113,10 @@ class TimeKeeper:
     def behind(self, when: float) -> float:
         """Seconds the raw wall clock is behind ``when`` (negative: ahead of it)."""
         return when - self.clock.wall()
+
+
+def as_keeper(clock: Clock | None, tolerance: float = 300.0) -> TimeKeeper:
+    """``clock`` itself when it is a `TimeKeeper` (the shared one), else a keeper of its own."""
+    if isinstance(clock, TimeKeeper):
+        return clock
+    return TimeKeeper(clock or SystemClock(), tolerance=tolerance)

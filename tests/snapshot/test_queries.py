@@ -737,3 +737,24 @@ def test_real_global_table() -> None:
                 assert hop_check(snap, aspa.customer, provider) is PP
                 path = [provider, aspa.customer]
                 assert verify_as_path(snap, path, UP, neighbor_as=provider) is AspaResult.VALID
+
+
+def test_view_expires_per_kind() -> None:
+    """VRP queries read the VRP time, ASPA queries the ASPA time; the error names the kind."""
+    from snapshot.kinds import PayloadKind
+
+    view = SnapshotView(
+        VIEW_SNAPSHOT, usable_until={PayloadKind.VRP: 100.0, PayloadKind.ASPA: 50.0}
+    )
+    assert view.usable_until == 50.0
+    assert view.usable_until_by_kind[PayloadKind.ROUTER_KEY] is None
+    view.validate_origin("192.0.2.0/24", 64496, now=60.0)
+    with pytest.raises(SnapshotExpiredError) as info:
+        view.hop_check(10, 20, now=60.0)
+    assert info.value.kind is PayloadKind.ASPA
+    with pytest.raises(SnapshotExpiredError) as info:
+        view.validate_origin("192.0.2.0/24", 64496, now=100.0)
+    assert info.value.kind is PayloadKind.VRP
+    assert "vrp" in str(info.value)
+    assert not view.expired(60.0, PayloadKind.VRP)
+    assert view.expired(60.0)

@@ -21,6 +21,7 @@ from tests.server.helpers import RouterState, settings, wait_until
 from tests.server.rtr_client import TIMEOUT, RtrClient
 from upstream.json_format import SourcePayload
 from upstream.rtr_source import RtrSource
+from upstream.source import Delivery
 
 
 class OffsetClock:
@@ -148,9 +149,11 @@ class Sink:
     """Collects what a source hands over."""
 
     payloads: list[SourcePayload] = field(default_factory=list)
+    deliveries: list[Delivery] = field(default_factory=list)
 
-    def __call__(self, name: str, payload: SourcePayload) -> None:
-        self.payloads.append(payload)
+    def __call__(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+        self.payloads.append(delivery.payload)
 
     @property
     def last(self) -> SourcePayload:

@@ -26,10 +26,11 @@ from tests.upstream.helpers import (
     write_atomically,
 )
 from upstream import aggregate
-from upstream.aggregate import Aggregator, Source, merge_at
+from upstream.aggregate import Aggregator, Build, Source, merge_at
 from upstream.clock import Clock
-from upstream.file_source import FileSource, PayloadSink
+from upstream.file_source import FileSource
 from upstream.json_format import parse_export
+from upstream.source import DeliverySink
 from upstream.status import SourceState
 
 pytestmark = pytest.mark.anyio
@@ -66,7 +67,7 @@ class GatedSource(FileSource):
         super().__init__(path, **kwargs)
         self.gate = gate
 
-    async def check(self, sink: PayloadSink) -> bool:
+    async def check(self, sink: DeliverySink) -> bool:
         await self.gate.wait()
         return await super().check(sink)
 
@@ -89,8 +90,8 @@ class Running:
 async def running(sources: list[Source], clock: Clock | None = None) -> AsyncIterator[Running]:
     send, receive = anyio.create_memory_object_stream[Snapshot](100)
 
-    async def on_snapshot(snapshot: Snapshot) -> None:
-        await send.send(snapshot)
+    async def on_snapshot(build: Build) -> None:
+        await send.send(build.snapshot)
 
     aggregator = Aggregator(sources, on_snapshot, clock=clock)
     with send, receive:
@@ -190,11 +191,10 @@ async def test_expiry_triggers_a_rebuild_without_the_entry(tmp_path: Path) -> No
 async def test_readiness_is_polled_briefly_not_at_the_expiry_wake_floor(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BUG: while a source has not made its first attempt the merge loop means to re-check
-    readiness every 0.2 s (``next_expiry = wall + 0.2``), but the wait is clamped to
-    ``MIN_EXPIRY_WAKE`` (1 s), so a source that attempts without emitting (a missing file) delays
-    the first snapshot by up to MIN_EXPIRY_WAKE. The floor is raised here to make that visible."""
-    monkeypatch.setattr(aggregate, "MIN_EXPIRY_WAKE", 5.0)
+    """While a source has not made its first attempt the loop re-checks readiness every 0.2 s,
+    not at its clock tick: a source that attempts without delivering (a missing file) must not
+    delay the first snapshot. The tick is raised here to make a wrong wait visible."""
+    monkeypatch.setattr(aggregate, "CLOCK_TICK", 5.0)
     write_atomically(tmp_path / "a.json", dumps(DOC_A))
     gate = anyio.Event()
     a = FileSource(tmp_path / "a.json", name="a", poll_interval=POLL)
@@ -208,7 +208,7 @@ async def test_readiness_is_polled_briefly_not_at_the_expiry_wake_floor(
 
 
 async def test_source_names_must_be_unique(tmp_path: Path) -> None:
-    async def ignore(_snapshot: Snapshot) -> None:
+    async def ignore(_build: Build) -> None:
         return None
 
     a = FileSource(tmp_path / "a.json", name="same")

@@ -9,6 +9,7 @@ from upstream.config import ClientConfig, GroupConfig, SourceConfig, make_source
 from upstream.file_source import FileSource
 from upstream.http_source import HttpSource
 from upstream.rtr_source import RtrSource
+from upstream.timekeeper import TimeKeeper
 
 
 def test_negative_group_times_are_refused() -> None:
@@ -18,7 +19,7 @@ def test_negative_group_times_are_refused() -> None:
 
 def test_options_reach_each_kind_of_source() -> None:
     config = ClientConfig((SourceConfig("f", "/x.json"),))
-    clock = SystemClock()
+    clock = TimeKeeper(SystemClock())
     http = make_source(
         SourceConfig("h", "https://h.example/x", connect_timeout=3, retry_max=9, max_bytes=5000),
         config,

@@ -22,8 +22,9 @@ from tests.upstream.helpers import (
     wait_for,
     write_atomically,
 )
-from upstream.file_source import FileSource, PayloadSink
+from upstream.file_source import FileSource
 from upstream.json_format import SourcePayload
+from upstream.source import Delivery, DeliverySink
 from upstream.status import SourceState
 
 pytestmark = pytest.mark.anyio
@@ -49,7 +50,7 @@ class CountingSource(FileSource):
 
     polls = 0
 
-    async def check(self, sink: PayloadSink) -> bool:
+    async def check(self, sink: DeliverySink) -> bool:
         try:
             return await super().check(sink)
         finally:
@@ -82,8 +83,8 @@ async def running(path: Path) -> AsyncIterator[Running]:
     send, receive = anyio.create_memory_object_stream[tuple[str, SourcePayload]](100)
     source = CountingSource(path, name="test", poll_interval=POLL)
 
-    def sink(name: str, payload: SourcePayload) -> None:
-        send.send_nowait((name, payload))
+    def sink(delivery: Delivery) -> None:
+        send.send_nowait((source.name, delivery.payload))
 
     tg: TaskGroup
     with send, receive:
@@ -189,7 +190,7 @@ async def test_corrupt_gzip_is_a_format_error_not_a_crash(tmp_path: Path) -> Non
     write_atomically(path, packed[:20] + bytes(b ^ 0xFF for b in packed[20:60]) + packed[60:])
     emitted: list[SourcePayload] = []
     source = FileSource(path, poll_interval=POLL)
-    assert not await source.check(lambda _name, payload: emitted.append(payload))
+    assert not await source.check(lambda d: emitted.append(d.payload))
     assert source.status.state is SourceState.ERROR
     assert source.status.errors == {"format": 1}
     assert emitted == []
@@ -201,13 +202,13 @@ async def test_decompression_bomb_is_rejected_by_the_size_cap(tmp_path: Path) ->
     write_atomically(path, gzip.compress(document))
     emitted: list[SourcePayload] = []
     source = FileSource(path, poll_interval=POLL, max_bytes=100_000)
-    assert not await source.check(lambda _name, payload: emitted.append(payload))
+    assert not await source.check(lambda d: emitted.append(d.payload))
     assert source.status.state is SourceState.ERROR
     assert "exceeds the limit of 100000 bytes" in (source.status.last_error or "")
     assert emitted == []
     # The same content within a larger cap loads.
     roomy = FileSource(path, poll_interval=POLL, max_bytes=1_000_000)
-    assert await roomy.check(lambda _name, payload: emitted.append(payload))
+    assert await roomy.check(lambda d: emitted.append(d.payload))
     assert emitted[0].snapshot_at(0) == snap_of(V2)
 
 
@@ -220,8 +221,8 @@ async def test_state_recovers_when_the_previous_content_returns(
     path = tmp_path / "export.json"
     emitted: list[SourcePayload] = []
 
-    def sink(_name: str, payload: SourcePayload) -> None:
-        emitted.append(payload)
+    def sink(delivery: Delivery) -> None:
+        emitted.append(delivery.payload)
 
     source = FileSource(path, poll_interval=POLL)
     write_atomically(path, export(V1))
@@ -244,7 +245,7 @@ async def test_unreadable_path_is_an_environment_error(tmp_path: Path) -> None:
     path = tmp_path / "a-directory"
     path.mkdir()
     source = FileSource(path, poll_interval=POLL)
-    assert not await source.check(lambda _n, _p: None)
+    assert not await source.check(lambda _d: None)
     assert source.status.state is SourceState.ERROR
     assert source.status.attempted
     assert source.status.errors == {"environment": 1}

@@ -1,9 +1,15 @@
-"""Groups end to end: real file sources, the aggregator and a monotonic clock the test moves."""
+"""Groups end to end through the aggregator: failover, fail-back, start-up, configuration commits.
+
+Real file sources where the file system says it all (a missing file, a slow first read);
+`ScriptedSource` where the test must decide a source's health (a cache that can no longer
+refresh) without waiting out real intervals. The monotonic clock is moved by the test.
+"""
 
 from __future__ import annotations
 
+import functools
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,9 +20,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
 from tests.upstream.helpers import dumps, export, roa, wait_for, write_atomically
-from upstream.aggregate import Aggregator, Group
+from tests.upstream.scripted_source import ScriptedSource, payload
+from upstream.aggregate import Aggregator, Build, Group
+from upstream.client import Client
+from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.file_source import FileSource
 from upstream.selection import GroupSpec, PayloadKind
+from upstream.source import DeliverySink, Source
 
 pytestmark = pytest.mark.anyio
 
@@ -40,21 +50,16 @@ class SteppedClock:
 @dataclass
 class Run:
     aggregator: Aggregator
-    snapshots: MemoryObjectReceiveStream[Snapshot]
+    builds: MemoryObjectReceiveStream[Build]
     clock: SteppedClock
 
-    async def until(self, predicate: object, within: float = 5.0) -> Snapshot:
+    async def until(self, predicate: Callable[[Snapshot], bool], within: float = 5.0) -> Snapshot:
         """The first snapshot for which ``predicate(snapshot)`` holds."""
-        assert callable(predicate)
         with anyio.fail_after(within):
             while True:
-                snap = await self.snapshots.receive()
-                if predicate(snap):
-                    return snap
-
-    async def settled(self) -> None:
-        """Wait until the first group is started (the selector's clocks start then)."""
-        await wait_for(lambda: bool(self.aggregator.started_groups()))
+                build = await self.builds.receive()
+                if predicate(build.snapshot):
+                    return build.snapshot
 
     def jump(self, seconds: float) -> None:
         self.clock.offset += seconds
@@ -63,18 +68,18 @@ class Run:
 
 @asynccontextmanager
 async def running(groups: list[Group]) -> AsyncIterator[Run]:
-    send, receive = anyio.create_memory_object_stream[Snapshot](100)
+    send, receive = anyio.create_memory_object_stream[Build](100)
     clock = SteppedClock()
 
-    async def on_snapshot(snapshot: Snapshot) -> None:
-        await send.send(snapshot)
+    async def on_snapshot(build: Build) -> None:
+        await send.send(build)
 
     aggregator = Aggregator([], on_snapshot, clock=clock, groups=groups)
     with send, receive:
         async with anyio.create_task_group() as tg:
             await tg.start(aggregator.run)
             run = Run(aggregator, receive, clock)
-            await run.settled()
+            await wait_for(lambda: bool(aggregator.started_groups()))
             yield run
             tg.cancel_scope.cancel()
 
@@ -87,82 +92,117 @@ def has(snap: Snapshot, vrps: list[tuple[str, int, int]]) -> bool:
     return {(str(v.prefix), v.max_length, v.asn) for v in snap.vrps()} == set(vrps)
 
 
-def two_groups(primary: Path, backup: Path, failback: float = 300.0) -> list[Group]:
+def two_groups(primary: Source, backup: Source, failback: float = 300.0) -> list[Group]:
     return [
-        Group(
-            GroupSpec("primary", 10, startup_timeout=30, failback_delay=failback),
-            (source(primary, "a"),),
-        ),
-        Group(
-            GroupSpec("backup", 20, startup_timeout=30, failback_delay=failback),
-            (source(backup, "b"),),
-        ),
+        Group(GroupSpec("primary", 10, startup_timeout=30, failback_delay=failback), (primary,)),
+        Group(GroupSpec("backup", 20, startup_timeout=30, failback_delay=failback), (backup,)),
     ]
 
 
-async def test_primary_down_at_start_backup_serves_after_startup_timeout(tmp_path: Path) -> None:
+class GatedFile(FileSource):
+    """A file source whose first look waits for ``gate`` (a slow first load)."""
+
+    def __init__(self, path: Path, name: str, gate: anyio.Event) -> None:
+        super().__init__(path, name=name, poll_interval=0.05)
+        self.gate = gate
+
+    async def check(self, sink: DeliverySink) -> bool:
+        await self.gate.wait()
+        return await super().check(sink)
+
+
+async def test_primary_file_missing_at_start_backup_starts_at_once(tmp_path: Path) -> None:
+    """A primary that fails its first attempt does not make the backup wait its window (item 7)."""
     primary, backup = tmp_path / "a.json", tmp_path / "b.json"
     write_atomically(backup, export(B))
-    async with running(two_groups(primary, backup)) as run:
+    async with running(two_groups(source(primary, "a"), source(backup, "b"))) as run:
+        await run.until(lambda s: has(s, B), within=2)
+        assert run.aggregator.active[PayloadKind.VRP] == "backup"
+
+
+async def test_slow_primary_backup_starts_after_the_startup_timeout(tmp_path: Path) -> None:
+    primary, backup = tmp_path / "a.json", tmp_path / "b.json"
+    write_atomically(primary, export(A))
+    write_atomically(backup, export(B))
+    gate = anyio.Event()
+    async with running(two_groups(GatedFile(primary, "a", gate), source(backup, "b"))) as run:
         await anyio.sleep(0.3)
         assert "backup" not in run.aggregator.started_groups()
         run.jump(30)
-        snap = await run.until(lambda s: has(s, B))
+        await run.until(lambda s: has(s, B))
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
-        assert snap.vrp_count == 1
+        gate.set()
+        await wait_for(lambda: run.aggregator.entries["a"].payload is not None)
+        assert run.aggregator.active[PayloadKind.VRP] == "backup"  # fail-back waits its delay
 
 
 async def test_failback_waits_for_the_delay_then_switches(tmp_path: Path) -> None:
     primary, backup = tmp_path / "a.json", tmp_path / "b.json"
     write_atomically(backup, export(B))
-    async with running(two_groups(primary, backup)) as run:
-        run.jump(30)
+    async with running(two_groups(source(primary, "a"), source(backup, "b"))) as run:
         await run.until(lambda s: has(s, B))
         write_atomically(primary, export(A))
-        # The primary loads and is ready (a rebuild follows), but the backup stays active.
-        await wait_for(lambda: "a" in run.aggregator.payloads)
-        await run.until(lambda s: has(s, B))
+        # The primary loads and is healthy, but the backup stays active for the delay.
+        await wait_for(lambda: run.aggregator.entries["a"].payload is not None)
+        await anyio.sleep(0.2)
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
         run.jump(290)
-        await run.until(lambda s: has(s, B))
+        await anyio.sleep(0.2)
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
         run.jump(11)
         await run.until(lambda s: has(s, A))
         assert run.aggregator.active[PayloadKind.VRP] == "primary"
 
 
-async def test_failover_is_immediate_when_the_primary_data_goes(tmp_path: Path) -> None:
-    primary, backup = tmp_path / "a.json", tmp_path / "b.json"
-    write_atomically(primary, export(A))
-    write_atomically(backup, export(B))
-    groups = two_groups(primary, backup)
-    async with running(groups) as run:
+async def test_failover_when_the_primary_can_no_longer_refresh() -> None:
+    """The primary's data is still valid, but it cannot refresh: the ready backup takes over
+    at once instead of after the primary's data expires (item 6)."""
+    primary, backup = ScriptedSource("a", online=True), ScriptedSource("b")
+    async with running(two_groups(primary, backup)) as run:
+        await wait_for(lambda: primary.running)
+        primary.deliver(payload(A))
         await run.until(lambda s: has(s, A))
-        # The primary's data is withdrawn (as an RTR source does at Expire).
-        groups[0].sources[0].has_data = False  # type: ignore[attr-defined]
+        assert "backup" not in run.aggregator.started_groups()
+        primary.fail()  # e.g. the cache connection lost and not re-synced within Retry
         run.aggregator.poke()
+        await wait_for(lambda: backup.running)
+        assert run.aggregator.active[PayloadKind.VRP] == "primary"  # until the backup syncs
+        backup.deliver(payload(B))
         await run.until(lambda s: has(s, B))
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
 
 
-async def test_vrps_from_one_group_aspas_from_another(tmp_path: Path) -> None:
-    primary, backup = tmp_path / "a.json", tmp_path / "b.json"
-    write_atomically(primary, export(A))
+async def test_a_stale_primary_keeps_serving_while_no_backup_is_ready() -> None:
+    primary, backup = ScriptedSource("a", online=True), ScriptedSource("b")
+    async with running(two_groups(primary, backup)) as run:
+        await wait_for(lambda: primary.running)
+        primary.deliver(payload(A))
+        await run.until(lambda s: has(s, A))
+        primary.fail()
+        backup_started = wait_for(lambda: backup.running)
+        run.aggregator.poke()
+        await backup_started
+        backup.fail()  # the backup cannot deliver either
+        run.aggregator.poke()
+        await anyio.sleep(0.3)
+        assert run.aggregator.active[PayloadKind.VRP] == "primary"
+
+
+async def test_vrps_from_one_group_aspas_from_another_without_waiting(tmp_path: Path) -> None:
+    """A group that explicitly cannot provide ASPA (an RTR cache at v1) does not make the
+    backup wait its window for ASPA (item 7)."""
+    primary = ScriptedSource("a", online=True)
+    primary.capabilities = frozenset({PayloadKind.VRP, PayloadKind.ROUTER_KEY})
+    backup = tmp_path / "b.json"
     doc = {
         "roas": [roa(p, m, a) for p, m, a in B],
         "aspas": [{"customer_asid": 64496, "providers": [64497]}],
     }
     write_atomically(backup, dumps(doc))
-    groups = two_groups(primary, backup)
-    # The primary is like an RTR cache at v1: VRPs and router keys, no ASPA.
-    groups[0].sources[0].capabilities = frozenset(  # type: ignore[attr-defined]
-        {PayloadKind.VRP, PayloadKind.ROUTER_KEY}
-    )
-    async with running(groups) as run:
-        await run.until(lambda s: has(s, A))
-        run.jump(30)
-        snap = await run.until(lambda s: bool(s.aspas))
-        assert has(snap, A)
+    async with running(two_groups(primary, source(backup, "b"))) as run:
+        await wait_for(lambda: primary.running)
+        primary.deliver(payload(A))
+        snap = await run.until(lambda s: bool(s.aspas) and has(s, A), within=3)
         assert [(a.customer, a.providers) for a in snap.aspas] == [(64496, (64497,))]
         assert run.aggregator.active == {
             PayloadKind.VRP: "primary",
@@ -171,23 +211,102 @@ async def test_vrps_from_one_group_aspas_from_another(tmp_path: Path) -> None:
         }
 
 
-async def test_losing_every_group_publishes_the_empty_set(tmp_path: Path) -> None:
-    primary = tmp_path / "a.json"
-    write_atomically(primary, export(A))
-    src = source(primary, "a")
-    group = Group(GroupSpec("only", 1, startup_timeout=1, failback_delay=0), (src,))
+async def test_losing_every_group_publishes_the_empty_set() -> None:
+    only = ScriptedSource("a", online=True)
+    group = Group(GroupSpec("only", 1, startup_timeout=1, failback_delay=0), (only,))
     async with running([group]) as run:
+        await wait_for(lambda: only.running)
+        only.deliver(payload(A))
         await run.until(lambda s: has(s, A))
-        src.has_data = False  # type: ignore[attr-defined]
-        run.aggregator.poke()
+        only.withdraw()
         snap = await run.until(lambda s: s.is_empty())
         assert snap.vrp_count == 0
+        assert run.aggregator.availability() == {"a": run.aggregator.entries["a"].availability(0)}
+
+
+async def test_ready_empty_is_not_expired() -> None:
+    """Every record expired naturally: ready_empty (still ready); the source's own deadline
+    passed: expired. The two are told apart (item 5)."""
+    natural, deadline = ScriptedSource("n"), ScriptedSource("d", online=True)
+    group = Group(GroupSpec("g", 1, startup_timeout=0, failback_delay=0), (natural, deadline))
+    async with running([group]) as run:
+        await wait_for(lambda: natural.running and deadline.running)
+        now = run.aggregator.keeper.now()
+        natural.deliver(payload(A, expires=int(now) + 2))
+        deadline.deliver(payload(B), expires_at=now + 2)
+        await run.until(lambda s: s.vrp_count == 2)
+        await run.until(lambda s: s.is_empty(), within=6)
+        expected = {"n": "ready_empty", "d": "expired"}
+        await wait_for(
+            lambda: {k: v.value for k, v in run.aggregator.availability().items()} == expected
+        )
+        assert run.aggregator.active[PayloadKind.VRP] == "g"  # ready_empty is still ready
 
 
 def test_sources_or_groups_not_both(tmp_path: Path) -> None:
-    async def ignore(_: Snapshot) -> None:
+    async def ignore(_: Build) -> None:
         return None
 
     src = source(tmp_path / "a.json", "a")
     with pytest.raises(ValueError, match="not both"):
         Aggregator([src], ignore, groups=[Group(GroupSpec("g", 1), (src,))])
+
+
+# ---------------------------------------------------------------- configuration commits
+
+
+def client_config(
+    primary: Path, backup: Path, revision: int, **primary_group: float
+) -> ClientConfig:
+    spec = {"startup_timeout": 30.0, "failback_delay": 300.0, **primary_group}
+    return ClientConfig(
+        (
+            SourceConfig("a", str(primary), "primary"),
+            SourceConfig("b", str(backup), "backup"),
+        ),
+        (
+            GroupConfig("primary", 10, **spec),
+            GroupConfig("backup", 20, startup_timeout=30, failback_delay=300),
+        ),
+        poll_interval=0.05,
+        revision=revision,
+    )
+
+
+def built_under(client: Client, revision: int) -> bool:
+    current = client.get_snapshot()
+    return current is not None and current.config_revision == revision
+
+
+def active_is(client: Client, group: str) -> bool:
+    current = client.get_snapshot()
+    return current is not None and current.active[PayloadKind.VRP] == group
+
+
+async def test_a_configuration_commit_keeps_the_selection_state(tmp_path: Path) -> None:
+    """A new revision of an identical configuration neither fails back early nor stops the
+    backup nor holds publishing back (item 8)."""
+    primary, backup = tmp_path / "a.json", tmp_path / "b.json"
+    write_atomically(backup, export(B))
+    clock = SteppedClock()
+    async with (
+        Client(client_config(primary, backup, 0), clock=clock) as client,
+        anyio.create_task_group() as tg,
+    ):
+        await tg.start(client.run)
+        await wait_for(lambda: (s := client.get_snapshot()) is not None and has(s.snapshot, B))
+        write_atomically(primary, export(A))
+        await wait_for(lambda: client.get_status().availability.get("a") == "ready")
+        await anyio.sleep(0.3)  # a selection round has seen it healthy
+        clock.offset += 200  # the primary has been healthy for 200 of its 300 s
+        for revision in (1, 2):
+            await client.apply_config(client_config(primary, backup, revision))
+            await wait_for(functools.partial(built_under, client, revision))
+            current = client.get_snapshot()
+            assert current is not None
+            assert current.active[PayloadKind.VRP] == "backup"
+            assert has(current.snapshot, B)
+        assert client.get_status().started_groups == ("backup", "primary")
+        clock.offset += 101  # the 300 s count from the first healthy moment, not the commit
+        await wait_for(functools.partial(active_is, client, "primary"))
+        await client.aclose()

@@ -26,6 +26,7 @@ from upstream.http_source import (
     user_agent,
 )
 from upstream.json_format import FormatError, SourcePayload, decompress, parse_export
+from upstream.source import Delivery
 from upstream.status import SourceState
 
 V1 = [("192.0.2.0/24", 24, 64496)]
@@ -82,9 +83,11 @@ class Recorder:
 
     def __init__(self) -> None:
         self.payloads: list[SourcePayload] = []
+        self.deliveries: list[Delivery] = []
 
-    def __call__(self, name: str, payload: SourcePayload) -> None:
-        self.payloads.append(payload)
+    def __call__(self, delivery: Delivery) -> None:
+        self.deliveries.append(delivery)
+        self.payloads.append(delivery.payload)
 
     def vrps(self) -> list[int]:
         return [p.counts()["vrp_v4"] + p.counts()["vrp_v6"] for p in self.payloads]

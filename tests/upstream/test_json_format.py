@@ -33,6 +33,7 @@ from upstream.json_format import (
     NO_EXPIRY,
     FormatError,
     SourcePayload,
+    check_generated,
     decompress,
     parse_entries,
     parse_export,
@@ -318,11 +319,37 @@ def test_text_input_and_utf8_bom_are_accepted() -> None:
     assert parse_export(b"\xef\xbb\xbf" + dumps(doc)).snapshot_at(0) == expected
 
 
-def test_empty_document_is_an_empty_payload() -> None:
-    payload = parse_export(b"{}")
+def test_empty_roas_is_an_empty_payload() -> None:
+    payload = parse_export(b'{"roas": []}')
     assert payload == SourcePayload()
     assert payload.snapshot_at(0).is_empty()
     assert payload.generated is None
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"{}",
+        b'{"error": "upstream timed out"}',
+        b'{"metadata": {}, "aspas": []}',
+        b'{"roas": null}',
+    ],
+)
+def test_a_document_without_roas_is_not_an_export(body: bytes) -> None:
+    """A 200 with ``{}`` or a proxy's error object must never withdraw every VRP (issue 12, 16)."""
+    with pytest.raises(FormatError, match="no 'roas' section"):
+        parse_export(body)
+
+
+def test_generated_time_is_read_and_checked_against_the_wall_clock() -> None:
+    doc = b'{"metadata": {"generatedTime": "2026-01-01T00:00:00Z"}, "roas": []}'
+    generated = parse_export(doc).generated
+    assert generated == 1_767_225_600
+    assert check_generated(generated, wall=1_767_225_600 - 300, tolerance=300) is None
+    reason = check_generated(generated, wall=1_767_225_600 - 301, tolerance=300)
+    assert reason is not None
+    assert "301 s after the wall clock" in reason
+    assert check_generated(None, wall=0, tolerance=1) is None
 
 
 def test_parse_entries_matches_parse_export() -> None:
@@ -456,10 +483,11 @@ def test_invalid_entry_rejects_whole_export(doc: dict[str, Any], needles: list[s
         (b"", "JSON"),
         (b'{"roas": {}}', "'roas' must be a list"),
         (b'{"roas": "10.0.0.0/8"}', "'roas' must be a list"),
-        (b'{"aspas": {"64496": [64497]}}', "'aspas' must be a list"),
-        (b'{"bgpsec_keys": 1}', "'bgpsec_keys' must be a list"),
-        (b'{"provider_authorizations": []}', "'provider_authorizations' must be an object"),
-        (b'{"provider_authorizations": {"ipv4": {}}}', "provider_authorizations.ipv4"),
+        (b'{"roas": [], "aspas": {"64496": [64497]}}', "'aspas' must be a list"),
+        (b'{"roas": [], "bgpsec_keys": 1}', "'bgpsec_keys' must be a list"),
+        (b'{"roas": [], "provider_authorizations": []}', "'provider_authorizations' must be"),
+        (b'{"roas": [], "provider_authorizations": {"ipv4": {}}}', "provider_authorizations.ipv4"),
+        (b'{"aspas": []}', "no 'roas' section"),
         (b'{"roas": []}\xff', "UTF-8"),
         (b"[" * 100_000 + b"]" * 100_000, "JSON"),
     ],
@@ -517,20 +545,22 @@ def test_ski_of_wrong_length_is_reported_as_written() -> None:
     [
         pytest.param(
             {
+                "roas": [],
                 "routerKeys": [
                     {"asn": "AS64496", "SKI": SKI_HEX, "routerPublicKey": SPKI_B64},
                     {"asn": "AS64496", "SKI": "XY", "routerPublicKey": SPKI_B64},
-                ]
+                ],
             },
             "routerKeys[1]",
             id="routinator-routerKeys",
         ),
         pytest.param(
             {
+                "roas": [],
                 "provider_authorizations": {
                     "ipv4": [{"customer_asid": 64496, "providers": [64497]}],
                     "ipv6": [{"customer_asid": 0, "providers": [64497]}],
-                }
+                },
             },
             "ipv6[0]",
             id="per-afi-ipv6",
@@ -643,15 +673,16 @@ def test_iso_dates_are_accepted_for_expires() -> None:
 
 
 def test_generated_from_metadata() -> None:
-    assert parse_export(b'{"metadata": {"generated": 5, "buildtime": "x"}}').generated == 5
-    buildtime = b'{"metadata": {"buildtime": "2023-10-01T00:05:43Z"}}'
+    doc = b'{"metadata": {"generated": 5, "buildtime": "x"}, "roas": []}'
+    assert parse_export(doc).generated == 5
+    buildtime = b'{"metadata": {"buildtime": "2023-10-01T00:05:43Z"}, "roas": []}'
     assert parse_export(buildtime).generated == ts("2023-10-01T00:05:43Z")
-    assert parse_export(b'{"metadata": {"generated": "garbage"}}').generated is None
-    assert parse_export(b'{"metadata": []}').generated is None
+    assert parse_export(b'{"metadata": {"generated": "garbage"}, "roas": []}').generated is None
+    assert parse_export(b'{"metadata": [], "roas": []}').generated is None
 
 
 def test_aspa_provider_limit() -> None:
-    doc = {"aspas": [{"customer_asid": 64496, "providers": list(range(1, 12))}]}
+    doc = {"roas": [], "aspas": [{"customer_asid": 64496, "providers": list(range(1, 12))}]}
     assert parse_export(dumps(doc), max_aspa_providers=11).counts()["aspa"] == 1
     with pytest.raises(FormatError, match=r"aspas\[0\].*more than 10"):
         parse_export(dumps(doc), max_aspa_providers=10)

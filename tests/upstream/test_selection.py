@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from upstream.selection import ALL_KINDS, GroupSelector, GroupSpec, PayloadKind, SourceView
+from upstream.selection import (
+    ALL_KINDS,
+    Decision,
+    GroupSelector,
+    GroupSpec,
+    PayloadKind,
+    SourceView,
+)
 
 VRP = PayloadKind.VRP
 ASPA = PayloadKind.ASPA
@@ -21,8 +28,15 @@ def groups() -> GroupSelector:
     )
 
 
-def src(group: str, synced: bool, caps: frozenset[PayloadKind] = ALL_KINDS) -> SourceView:
-    return SourceView(f"{group}-src", group, caps, synced)
+def src(
+    group: str, synced: bool, caps: frozenset[PayloadKind] = ALL_KINDS, **state: bool
+) -> SourceView:
+    return SourceView(f"{group}-src", group, caps, synced, **state)
+
+
+def names(d: Decision) -> tuple[str, ...]:
+    """The names of the groups a decision started."""
+    return tuple(name for name, _ in d.newly_started)
 
 
 def test_primary_ready_at_start_backup_never_started() -> None:
@@ -46,7 +60,7 @@ def test_primary_down_at_start_backup_serves_after_startup_timeout() -> None:
     d = sel.update(29.9, [src("primary", False)])
     assert d.started == ("primary",)
     d = sel.update(30.0, [src("primary", False), src("backup", False)])
-    assert d.newly_started == ("backup",)
+    assert names(d) == ("backup",)
     d = sel.update(31.0, [src("primary", False), src("backup", True)])
     assert d.active[VRP] == "backup"
 
@@ -83,7 +97,7 @@ def test_failover_is_immediate_when_the_active_group_loses_readiness() -> None:
     sel.update(0.0, [src("primary", True)])
     d = sel.update(10.0, [src("primary", False)])
     # The primary failed: the backup starts at once, without waiting for the start-up timeout.
-    assert d.newly_started == ("backup",)
+    assert names(d) == ("backup",)
     assert d.active[VRP] is None
     d = sel.update(11.0, [src("primary", False), src("backup", True)])
     assert d.active[VRP] == "backup"
@@ -96,8 +110,10 @@ def test_kinds_are_selected_independently() -> None:
     d = sel.update(0.0, [src("primary", True, V1)])
     assert d.active[VRP] == "primary"
     assert d.active[ASPA] is None
-    d = sel.update(30.0, [src("primary", True, V1), src("backup", True)])
-    assert d.newly_started == ("backup",)
+    # A group that cannot provide ASPA at all does not make the backup wait its window.
+    assert names(d) == ("primary", "backup")
+    assert "cannot refresh aspa" in d.newly_started[1][1]
+    d = sel.update(1.0, [src("primary", True, V1), src("backup", True)])
     assert d.active == {VRP: "primary", KEY: "primary", ASPA: "backup"}
 
 
@@ -132,3 +148,58 @@ def test_group_validation() -> None:
     sel = GroupSelector([GroupSpec("a", 1)])
     with pytest.raises(ValueError, match="unknown group"):
         sel.update(0.0, [src("nope", True)])
+
+
+def test_a_primary_that_fails_at_once_starts_the_backup_without_its_window() -> None:
+    """Connection refused, DNS or HTTP error at start: no wait for the window (item 7)."""
+    sel = groups()
+    d = sel.update(0.0, [src("primary", False, attempted=False)])
+    assert names(d) == ("primary",)
+    d = sel.update(0.5, [src("primary", False, refreshing=False)])
+    assert names(d) == ("backup",)
+    assert "cannot refresh vrp" in d.newly_started[0][1]
+
+
+def test_a_healthy_backup_replaces_a_ready_primary_that_cannot_refresh() -> None:
+    """The primary's data is still valid but it cannot refresh: the backup is prepared and
+    takes over once it is ready, not when the primary's data expires (item 6)."""
+    sel = groups()
+    assert sel.update(0.0, [src("primary", True)]).active[VRP] == "primary"
+    d = sel.update(10.0, [src("primary", True, refreshing=False)])
+    assert names(d) == ("backup",)
+    assert d.active[VRP] == "primary"  # nothing healthier yet: its data still serves
+    d = sel.update(12.0, [src("primary", True, refreshing=False), src("backup", True)])
+    assert d.active[VRP] == "backup"
+    assert "can no longer refresh" in d.changes[0]
+
+
+def test_reconfigure_keeps_started_groups_windows_and_failback_clocks() -> None:
+    """A configuration commit is not a restart of the selection (item 8)."""
+    sel = groups()
+    sel.update(0.0, [src("primary", False)])
+    sel.update(30.0, [src("primary", False), src("backup", True)])
+    both = [src("primary", True), src("backup", True)]
+    assert sel.update(100.0, both).active[VRP] == "backup"
+    for _ in range(3):
+        sel.reconfigure(
+            [
+                GroupSpec("primary", priority=10, startup_timeout=5, failback_delay=300),
+                GroupSpec("backup", priority=20, startup_timeout=30, failback_delay=300),
+            ]
+        )
+        d = sel.update(200.0, both)
+        assert d.active[VRP] == "backup"
+        assert d.started == ("primary", "backup")
+    assert sel.update(400.0, both).active[VRP] == "primary"
+
+
+def test_the_first_choice_waits_for_a_primary_still_starting() -> None:
+    """A backup started for ASPA that loads first does not take the VRPs the primary is
+    about to provide."""
+    sel = groups()
+    v1 = src("primary", False, V1, attempted=False)
+    sel.update(0.0, [v1])
+    d = sel.update(0.1, [v1, src("backup", True)])
+    assert d.active == {VRP: None, KEY: None, ASPA: "backup"}
+    d = sel.update(0.2, [src("primary", True, V1), src("backup", True)])
+    assert d.active == {VRP: "primary", KEY: "primary", ASPA: "backup"}

@@ -1,0 +1,127 @@
+"""What the aggregator needs from a source (`Source`) and what a source hands over (`Delivery`).
+
+Every source kind (file, HTTP, RTR) implements `Source` exactly; the aggregator never probes
+for optional attributes. A source calls its sink with one `Delivery` per newly admitted raw
+input (a new export, an RTR End of Data) or protocol withdrawal; an unchanged answer (an HTTP
+304, an identical body, an untouched file) is no delivery at all: it refreshes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from array import array
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from snapshot.kinds import PayloadKind
+from upstream.json_format import SourcePayload
+from upstream.status import SourceStatus
+
+__all__ = ["Delivery", "DeliverySink", "Source", "payload_identity"]
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """One newly admitted raw input of a source, or the withdrawal of its data."""
+
+    payload: SourcePayload
+    #: Names the raw input: a delivery with the identity of the data in force is the same input
+    #: read again (it keeps that data's clock anchor and trust state); another identity is new
+    #: raw input (new anchor; it restores trust after a clock jump).
+    identity: bytes
+    #: Source-wide end of validity in effective UTC seconds (an RTR End of Data + Expire);
+    #: None when only the entries' own expiry applies.
+    expires_at: float | None = None
+    #: The RTR cache's session id and serial of this data (None for exports).
+    rtr_session: int | None = None
+    rtr_serial: int | None = None
+    #: The data was withdrawn by the protocol (a fatal error, Expire): nothing of it may serve
+    #: until a new payload is admitted.
+    revoked: bool = False
+
+    @classmethod
+    def withdrawal(cls, identity: bytes = b"withdrawn") -> Delivery:
+        """The delivery that withdraws a source's data."""
+        return cls(SourcePayload(), identity, revoked=True)
+
+
+#: What a source calls with each delivery (synchronously, from its own task).
+DeliverySink = Callable[[Delivery], None]
+
+
+class Source(Protocol):
+    """A source of RPKI payload run by the aggregator."""
+
+    @property
+    def name(self) -> str:
+        """Unique name (logs, status, persisted state)."""
+        ...
+
+    @property
+    def kind(self) -> str:
+        """``file``, ``http`` or ``rtr``."""
+        ...
+
+    @property
+    def online(self) -> bool:
+        """True when its data depends on a live upstream (distrusted after a clock jump)."""
+        ...
+
+    @property
+    def status(self) -> SourceStatus:
+        """Its status, updated by its own task only."""
+        ...
+
+    @property
+    def capabilities(self) -> frozenset[PayloadKind]:
+        """The payload kinds it can deliver now (an RTR cache at version 1 has no ASPA)."""
+        ...
+
+    def refreshing(self) -> bool:
+        """False once it can no longer refresh its data (see each source for its rule)."""
+        ...
+
+    def resync(self) -> None:
+        """Ask for a fresh sync as soon as possible (after its data was distrusted)."""
+        ...
+
+    async def run(self, sink: DeliverySink) -> None:
+        """Run until cancelled, calling ``sink`` with each delivery."""
+        ...
+
+
+def _big_endian(values: array[int]) -> bytes:
+    if sys.byteorder == "big":
+        return values.tobytes()
+    copy = array("q", values)
+    copy.byteswap()
+    return copy.tobytes()
+
+
+def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
+    """The identity of an export's raw input.
+
+    With a stated build time it is (format, build time): the same export read again keeps its
+    anchor even if its bytes differ. Without one it is the digest of the declared records and
+    their expiry times, so a change of metadata alone names the same data.
+    """
+    if payload.generated is not None:
+        return f"{form}:generated:{payload.generated}".encode()
+    h = hashlib.sha256(f"{form}:records\x00".encode())
+    for packed, expires in ((payload.v4, payload.v4_expires), (payload.v6, payload.v6_expires)):
+        h.update(len(packed).to_bytes(8, "big"))
+        h.update(packed)
+        h.update(_big_endian(expires))
+    for key, key_expires in payload.router_keys:
+        h.update(key.sort_key())
+        h.update(len(key.spki).to_bytes(4, "big"))
+        h.update(key.spki)
+        h.update(key_expires.to_bytes(8, "big", signed=True))
+    for aspa, aspa_expires in payload.aspas:
+        h.update(aspa.customer.to_bytes(4, "big"))
+        h.update(len(aspa.providers).to_bytes(4, "big"))
+        h.update(b"".join(p.to_bytes(4, "big") for p in aspa.providers))
+        h.update(aspa_expires.to_bytes(8, "big", signed=True))
+    return h.digest()
