@@ -109,13 +109,20 @@ class SqlStore(ABC):
         """The persistence error class of a database driver's error (None: not the driver's)."""
 
     def call(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run one store method, its driver errors translated into `PersistenceError`s."""
+        """Run one store method, its driver and system errors translated.
+
+        A driver error becomes the class `translate` gives it; `OSError` and `MemoryError` are
+        transient. Anything else (an `AssertionError`, a bug, cancellation or another
+        `BaseException`) propagates unchanged, after the method's own cleanup.
+        """
         try:
             return fn(*args)
-        except PersistenceError:
+        except (PersistenceError, AssertionError):
             raise
         except Exception as exc:
             translated = self.translate(exc)
+            if translated is None and isinstance(exc, OSError | MemoryError):
+                translated = TransientError(f"{type(exc).__name__}: {exc}")
             if translated is None:
                 raise
             raise translated from exc
