@@ -100,6 +100,7 @@ class DuckDBStore(SqlStore):
                 str(self.path),
                 config={"threads": 1, "enable_external_access": False},
             )
+            self._lock_created_file()
             self.ensure_schema(now)
         except BaseException:
             self.close_sync()

@@ -85,13 +85,21 @@ class SqlStore(ABC):
         self._lock = lock
 
     def _take_ownership(self) -> None:
-        """Create the directory, then take the owner lock (before any connection)."""
+        """Create the directory, then take the owner lock (before any connection).
+
+        It covers the database file itself if it exists; else see `_lock_created_file`.
+        """
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
         if self._lock is not None:
             self._lock.acquire()
+
+    def _lock_created_file(self) -> None:
+        """Lock the database file itself once the new connection created it (owners only)."""
+        if self._lock is not None:
+            self._lock.lock_database()
 
     def close_sync(self) -> None:
         """Close the connection (the database checkpoints its WAL) and release the lock."""
@@ -109,11 +117,10 @@ class SqlStore(ABC):
         """The persistence error class of a database driver's error (None: not the driver's)."""
 
     def call(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run one store method, its driver and system errors translated.
+        """Run one store method; driver errors as `translate` says, OSError/MemoryError transient.
 
-        A driver error becomes the class `translate` gives it; `OSError` and `MemoryError` are
-        transient. Anything else (an `AssertionError`, a bug, cancellation or another
-        `BaseException`) propagates unchanged, after the method's own cleanup.
+        Anything else (an `AssertionError`, a bug, a `BaseException` such as cancellation)
+        propagates unchanged, after the method's own cleanup.
         """
         try:
             return fn(*args)

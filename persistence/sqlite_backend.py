@@ -102,6 +102,7 @@ class SQLiteStore(SqlStore):
         try:
             db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             self._db = db
+            self._lock_created_file()
             tables = self._table_names()
             if tables:
                 self.check_schema(tables)  # before anything could write to a foreign file

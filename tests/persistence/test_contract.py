@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -604,6 +605,40 @@ async def test_second_owner_in_another_process_is_refused(kind: str, path: Path)
     async with opened(kind, path):
         assert await open_in_subprocess(kind, path) == "OwnerLockedError"
     assert await open_in_subprocess(kind, path) == "opened"
+
+
+async def test_second_owner_through_a_hard_link_is_refused(kind: str, tmp_path: Path) -> None:
+    """Ownership follows the file (its inode), not the path: a hard link does not get in."""
+    path = tmp_path / "state.db"
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "link.db"
+    async with opened(kind, path) as owner:  # creates the file, then locks it
+        assert owner.store_id is not None
+        os.link(path, link)
+        second = make(kind, link)
+        with pytest.raises(OwnerLockedError) as caught:
+            await second.open()
+        assert not caught.value.retryable
+        assert await second.close()
+        assert await open_in_subprocess(kind, link) == "OwnerLockedError"
+        # The owner is unaffected: it still commits and reads.
+        state = make_state(owner.store_id, StateId(1, 1))
+        await owner.commit(state, None)
+        result = await owner.read_state()
+        assert result is not None
+        assert_same_state(result[1], state)
+    # The other way round: an owner through the link keeps out the original name.
+    async with opened(kind, link):
+        second = make(kind, path)
+        with pytest.raises(OwnerLockedError):
+            await second.open()
+        assert await second.close()
+        assert await open_in_subprocess(kind, path) == "OwnerLockedError"
+    assert await open_in_subprocess(kind, link) == "opened"
+    async with opened(kind, path) as backend:
+        result = await backend.read_state()
+        assert result is not None
+        assert_same_state(result[1], state)
 
 
 async def test_closed_backend_refuses_calls(kind: str, path: Path) -> None:
