@@ -28,6 +28,7 @@ from persistence.schema import DDL, TABLES
 from persistence.state import SCHEMA_VERSION, StateId, header_digest
 from tests.persistence.helpers import KINDS, ROOT, Clock, listing, make, opened, raw
 from tests.persistence.states import (
+    US,
     assert_same_state,
     crash_state,
     make_state,
@@ -164,6 +165,48 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
         result = await backend.read_state()
         assert result is not None
         assert_same_state(result[1], second)
+
+
+async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, path: Path) -> None:
+    """A wall clock behind what the state shows (set back) does not make the commit look older."""
+    clock = Clock()
+    hour = 3600 * US
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        published = replace(
+            make_state(backend.store_id, StateId(1, 1)), published_at=clock.us() + hour
+        )
+        receipt = await backend.commit(published, None)
+        assert receipt.written_at == clock.us() + hour
+        header = await backend.read_header()
+        assert header is not None
+        assert header.written_at == clock.us() + hour
+
+        plain = make_state(backend.store_id, StateId(1, 2), serial=43)
+        observed = replace(plain, observed_at=clock.us() + 2 * hour)
+        assert observed.digest() == plain.digest()  # observed_at is no part of the content
+        receipt = await backend.commit(observed, StateId(1, 1))
+        assert receipt.written_at == clock.us() + 2 * hour
+        # A retry keeps the original written_at, whatever it observed since.
+        again = await backend.commit(replace(observed, observed_at=clock.us() + 9 * hour), None)
+        assert again.retried
+        assert again.written_at == clock.us() + 2 * hour
+
+        http, rtr, empty = realistic_sources()
+        ahead = replace(rtr, accepted_at=clock.us() + 3 * hour)
+        accepted = make_state(backend.store_id, StateId(1, 3), (http, ahead, empty), serial=44)
+        receipt = await backend.commit(accepted, StateId(1, 2))
+        assert receipt.written_at == clock.us() + 3 * hour
+
+        clock.now += 5 * 3600  # the wall clock ahead of everything in the state wins
+        later = replace(make_state(backend.store_id, StateId(1, 4), serial=45), observed_at=1)
+        receipt = await backend.commit(later, StateId(1, 3))
+        assert receipt.written_at == clock.us()
+    async with opened(kind, path) as backend:
+        result = await backend.read_state()
+        assert result is not None
+        assert result[0].written_at == clock.us()
+        assert_same_state(result[1], later)
 
 
 async def test_empty_state_round_trip(kind: str, path: Path) -> None:
