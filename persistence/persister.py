@@ -48,6 +48,8 @@ class PersisterStatus:
     pending: bool
     #: A permanent error stopped committing.
     stopped: bool
+    #: The id of a commit whose outcome is unknown until the stored header is read again.
+    unconfirmed_id: str | None = None
 
 
 class PersisterStoppedError(PersistenceError):
@@ -176,6 +178,7 @@ class Persister:
                 # written (the digest costs a pass over the state, off the event loop).
                 digest = await anyio.to_thread.run_sync(state.digest)
                 self._attempt = Attempt(state.state_id, state.config_revision, digest)
+                self._status = replace(self._status, unconfirmed_id=str(state.state_id))
                 del state
                 await self._backoff(wait)
                 continue
@@ -193,6 +196,7 @@ class Persister:
             await self._backoff(wait)
             return True
         self._attempt = None
+        self._status = replace(self._status, unconfirmed_id=None)
         if header is not None and attempt.matches(header):
             receipt = CommitReceipt(
                 header.state_id, header.written_at, header.state_digest, retried=True

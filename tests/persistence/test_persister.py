@@ -39,6 +39,7 @@ class Scripted:
         self.entered = anyio.Event()
         self.committed: list[StateId] = []
         self.header_reads = 0
+        self.header_read = anyio.Event()
 
     @property
     def capabilities(self) -> Capabilities:
@@ -53,6 +54,7 @@ class Scripted:
 
     async def read_header(self) -> StateHeader | None:
         self.header_reads += 1
+        self.header_read.set()
         if self.header_failures:
             raise self.header_failures.pop(0)
         return await self.real.read_header()
@@ -232,15 +234,26 @@ async def test_an_unknown_stored_state_is_a_conflict_not_overwritten(tmp_path: P
 
 async def test_a_lost_acknowledgement_with_a_failing_header_read(tmp_path: Path) -> None:
     async with persister_on(tmp_path) as (persister, backend, store):
+        seen: list[str | None] = []
+
+        async def hold_the_header() -> None:
+            await backend.header_read.wait()  # the header is unreadable for now
+            seen.append(persister.status.unconfirmed_id)
+            backend.header_failures.clear()
+
         backend.fail_after_commit = [TransientError("connection lost after COMMIT")]
-        backend.header_failures = [TransientError("database is locked")]
+        backend.header_failures = [TransientError("database is locked")] * 1000
         persister.offer(make_state(store, 1))
-        with anyio.fail_after(TIMEOUT):
-            receipt = await persister.flush()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(hold_the_header)
+            with anyio.fail_after(TIMEOUT):
+                receipt = await persister.flush()
+        assert seen == ["1.1"]  # visible while the outcome was unknown
         assert receipt.state_id == StateId(1, 1)
         assert backend.committed == [StateId(1, 1)]
-        assert backend.header_reads == 2
-        assert not persister.status.stopped
+        assert backend.header_reads >= 2  # failed reads were retried (with backoff)
+        status = persister.status
+        assert (status.stopped, status.unconfirmed_id, status.last_error) == (False, None, None)
 
 
 async def test_a_permanent_header_read_error_stops(tmp_path: Path) -> None:
