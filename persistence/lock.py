@@ -49,11 +49,6 @@ class OwnerLock:
         self._db_fd: int | None = None
         self._identity: tuple[int, int] | None = None
 
-    @property
-    def holds_database(self) -> bool:
-        """Whether the lock on the database file itself is held (see `lock_database`)."""
-        return self._db_fd is not None
-
     def acquire(self) -> None:
         """Take the path lock, and the file lock if the file exists; `OwnerLockedError` if taken.
 
