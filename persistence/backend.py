@@ -67,7 +67,10 @@ class PersistenceBackend(Protocol):
         ...
 
     async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
-        """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
+        """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
+
+        The header's ``written_at`` is no earlier than `PersistedState.time_floor`.
+        """
         ...
 
     async def close(self) -> bool:
@@ -130,9 +133,14 @@ class ThreadedBackend:
         return await self._worker.run(self._store.call, self._store.read_state_sync)
 
     async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
-        """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
+        """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
+
+        ``written_at`` is the wall clock, raised to `PersistedState.time_floor` when the state
+        shows a later time (a wall clock set back must not make the file look older); a retry
+        of a stored state keeps the original ``written_at``.
+        """
         self._check_open()
-        written_at = seconds_to_us(self._wall())
+        written_at = max(seconds_to_us(self._wall()), state.time_floor())
         return await self._worker.run(
             self._store.call, self._store.commit_sync, state, expected, written_at
         )

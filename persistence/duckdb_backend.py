@@ -2,7 +2,8 @@
 
 `duckdb` is imported when the backend opens, so a missing extra is a `MissingExtraError` at
 open, never at import. Rows go in through ``unnest`` of typed column lists, at most 256 rows a
-statement (DuckDB's executemany runs one statement per row).
+statement (DuckDB's executemany runs one statement per row). Driver errors are classed by their
+exception type alone (`classify`), never by their message.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ from persistence.backend import Capabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     MissingExtraError,
-    OwnerLockedError,
     PersistenceError,
     TransientError,
 )
@@ -48,25 +48,25 @@ _VRP_INSERT = (
 )
 
 
+#: DuckDB exception types of faults that may clear up: out of memory, a transaction conflict,
+#: an interrupted statement.
+_TRANSIENT = ("OutOfMemoryException", "TransactionException", "InterruptException")
+#: The stored data could not be deserialised: damaged.
+_CORRUPT = ("SerializationException",)
+
+
 def classify(exc: Exception) -> PersistenceError:
-    """The persistence error class for a `duckdb` error."""
-    name = type(exc).__name__
-    text = str(exc)
-    message = f"duckdb {name}: {text}"
-    if "Could not set lock" in text or "Conflicting lock" in text:
-        return OwnerLockedError(message)
-    if (
-        "not a valid DuckDB database" in text
-        or "Corrupt" in text
-        or name == "SerializationException"
-    ):
+    """The persistence error class of a `duckdb` error, by its exception type only.
+
+    The generic ``IOException`` covers both a failed block checksum and other I/O faults and
+    carries no reliable sub-code, so it is permanent without claiming corruption; so are a
+    closed or invalidated connection and every other driver error.
+    """
+    duckdb = importlib.import_module("duckdb")
+    message = f"duckdb {type(exc).__name__}: {exc}"
+    if isinstance(exc, tuple(getattr(duckdb, name) for name in _CORRUPT)):
         return CorruptStateError(message)
-    if name in {
-        "TransactionException",
-        "OutOfMemoryException",
-        "IOException",
-        "InterruptException",
-    }:
+    if isinstance(exc, tuple(getattr(duckdb, name) for name in _TRANSIENT)):
         return TransientError(message)
     return PersistenceError(message)
 
@@ -100,6 +100,7 @@ class DuckDBStore(SqlStore):
                 str(self.path),
                 config={"threads": 1, "enable_external_access": False},
             )
+            self._lock_created_file()
             self.ensure_schema(now)
         except BaseException:
             self.close_sync()

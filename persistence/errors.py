@@ -1,12 +1,22 @@
-"""Persistence error classes: transient (retry, memory keeps serving) versus permanent."""
+"""Persistence error classes: transient (retry, memory keeps serving) versus permanent.
+
+Every error carries ``retryable`` and a ``code``: ``persistence_corrupt`` for stored data that
+fails a check, ``persistence_failed`` for everything else (retryable or not).
+"""
 
 from __future__ import annotations
+
+#: The code of a failed persistence operation (the default).
+FAILED = "persistence_failed"
+#: The code of stored data that is damaged or fails a check.
+CORRUPT = "persistence_corrupt"
 
 
 class PersistenceError(Exception):
     """Base class; ``retryable`` says whether trying again later may succeed."""
 
     retryable = False
+    code = FAILED
 
 
 class TransientError(PersistenceError):
@@ -17,6 +27,8 @@ class TransientError(PersistenceError):
 
 class CorruptStateError(PersistenceError):
     """The stored state fails a type, range or digest check; the file is left untouched."""
+
+    code = CORRUPT
 
 
 class UnsupportedSchemaError(PersistenceError):

@@ -5,6 +5,12 @@ while another commits replaces any state still waiting, so a burst of publishes 
 commit after the current one. Transient errors are retried with capped exponential backoff
 while memory keeps serving; a permanent error (conflict, corruption) stops committing and
 shows in `status`. The backend is injected: the persister never opens or closes it.
+
+A commit that failed with a transient error may still have happened (a lost acknowledgement).
+The persister then keeps a bounded record of that attempt (id, config revision, state digest;
+never the state itself) and, before it commits anything else, reads the stored header: the
+attempt confirms it, the last confirmed state shows it did not happen, and any other state is
+a conflict that is reported, never overwritten.
 """
 
 from __future__ import annotations
@@ -19,8 +25,8 @@ import anyio
 from anyio.abc import TaskStatus
 
 from persistence.backend import PersistenceBackend
-from persistence.errors import PersistenceError
-from persistence.state import CommitReceipt, PersistedState, StateId
+from persistence.errors import CommitConflictError, PersistenceError
+from persistence.state import CommitReceipt, PersistedState, StateHeader, StateId
 
 log = logging.getLogger(__name__)
 
@@ -42,10 +48,29 @@ class PersisterStatus:
     pending: bool
     #: A permanent error stopped committing.
     stopped: bool
+    #: The id of a commit whose outcome is unknown until the stored header is read again.
+    unconfirmed_id: str | None = None
 
 
 class PersisterStoppedError(PersistenceError):
     """Raised by `flush` once a permanent error stopped the worker."""
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """A commit whose outcome is unknown: what identifies it in the stored header."""
+
+    state_id: StateId
+    config_revision: int
+    state_digest: bytes
+
+    def matches(self, header: StateHeader) -> bool:
+        """Whether ``header`` is this attempt's commit."""
+        return (
+            header.state_id == self.state_id
+            and header.config_revision == self.config_revision
+            and header.state_digest == self.state_digest
+        )
 
 
 class Persister:
@@ -77,6 +102,8 @@ class Persister:
             stopped=False,
         )
         self._persisted = persisted
+        #: The commit whose outcome is unknown, resolved before anything else is committed.
+        self._attempt: Attempt | None = None
         self._pending: PersistedState | None = None
         self._latest_offered: StateId | None = None
         self._last_receipt: CommitReceipt | None = None
@@ -85,6 +112,7 @@ class Persister:
         self._error: PersistenceError | None = None
         self.retry_initial = retry_initial
         self.retry_max = retry_max
+        self._delay = retry_initial
         self._wall = wall
         self._monotonic = monotonic
 
@@ -128,40 +156,118 @@ class Persister:
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Commit offered states until cancelled (or until a permanent error)."""
         task_status.started()
-        delay = self.retry_initial
+        self._delay = self.retry_initial
         while True:
             if self._pending is None:
                 await self._wakeup.wait()
                 self._wakeup = anyio.Event()
                 continue
+            if self._attempt is not None:
+                if not await self._resolve(self._attempt):
+                    return
+                continue  # the attempt may have been the pending state: look again
             state = self._pending
             started = self._monotonic()
             try:
                 receipt = await self.backend.commit(state, self._persisted)
             except PersistenceError as exc:
-                self._status = replace(
-                    self._status, failures=self._status.failures + 1, last_error=str(exc)
-                )
-                if not exc.retryable:
-                    self._stop(exc, state)
+                wait = self._failed(exc, f"persisting state {state.state_id}")
+                if wait is None:
                     return
-                wait = min(self.retry_max, delay) * (0.5 + random.random() / 2)
-                log.warning(
-                    "persisting state %s failed (%s); retrying in %.1f s; routers keep being "
-                    "served from memory",
-                    state.state_id,
-                    exc,
-                    wait,
-                )
-                delay = min(self.retry_max, delay * 2)
-                await anyio.sleep(wait)
+                # The commit may have happened all the same: remember what it would have
+                # written (the digest costs a pass over the state, off the event loop).
+                digest = await anyio.to_thread.run_sync(state.digest)
+                self._attempt = Attempt(state.state_id, state.config_revision, digest)
+                self._status = replace(self._status, unconfirmed_id=str(state.state_id))
+                del state
+                await self._backoff(wait)
                 continue
-            delay = self.retry_initial
+            self._delay = self.retry_initial
             self._committed(state, receipt, self._monotonic() - started)
+
+    async def _resolve(self, attempt: Attempt) -> bool:
+        """Read the stored header to learn what became of ``attempt``; False once stopped."""
+        try:
+            header = await self.backend.read_header()
+        except PersistenceError as exc:
+            wait = self._failed(exc, f"checking the outcome of state {attempt.state_id}")
+            if wait is None:
+                return False
+            await self._backoff(wait)
+            return True
+        self._attempt = None
+        self._status = replace(self._status, unconfirmed_id=None)
+        if header is not None and attempt.matches(header):
+            receipt = CommitReceipt(
+                header.state_id, header.written_at, header.state_digest, retried=True
+            )
+            self._confirmed(attempt, receipt)
+            return True
+        stored = None if header is None else header.state_id
+        if stored == self._persisted:
+            log.info(
+                "state %s was not persisted (the store still holds %s); committing the latest "
+                "state",
+                attempt.state_id,
+                stored,
+            )
+            return True
+        conflict = CommitConflictError(
+            f"the store holds state {stored}: neither the last persisted state "
+            f"{self._persisted} nor the unconfirmed commit of {attempt.state_id}; "
+            "another writer changed it"
+        )
+        self._failed(conflict, f"checking the outcome of state {attempt.state_id}")  # stops
+        return False
+
+    def _failed(self, exc: PersistenceError, what: str) -> float | None:
+        """Count and log a failure; the seconds to wait before retrying, None once stopped."""
+        self._status = replace(
+            self._status, failures=self._status.failures + 1, last_error=str(exc)
+        )
+        if not exc.retryable:
+            self._stop(exc, what)
+            return None
+        wait = min(self.retry_max, self._delay) * (0.5 + random.random() / 2)
+        log.warning(
+            "%s failed (%s); retrying in %.1f s; routers keep being served from memory",
+            what,
+            exc,
+            wait,
+        )
+        return wait
+
+    async def _backoff(self, wait: float) -> None:
+        self._delay = min(self.retry_max, self._delay * 2)
+        await anyio.sleep(wait)
+
+    def _confirmed(self, attempt: Attempt, receipt: CommitReceipt) -> None:
+        pending = self._pending
+        if pending is not None and pending.state_id == attempt.state_id:
+            self._pending = None  # the very state that was attempted (ids are unique)
+        self._delay = self.retry_initial
+        self._record(receipt, seconds=None)
+        log.info(
+            "persisted state %s (confirmed by the stored header after an unknown outcome)",
+            receipt.state_id,
+        )
+        self._signal()
 
     def _committed(self, state: PersistedState, receipt: CommitReceipt, seconds: float) -> None:
         if self._pending is state:
             self._pending = None
+        self._record(receipt, seconds)
+        log.info(
+            "persisted state %s (serial %d, %d VRPs) in %.2f s%s",
+            receipt.state_id,
+            state.serial,
+            state.vrp_count(),
+            seconds,
+            " (already stored: retry)" if receipt.retried else "",
+        )
+        self._signal()
+
+    def _record(self, receipt: CommitReceipt, seconds: float | None) -> None:
         self._persisted = receipt.state_id
         self._last_receipt = receipt
         self._status = replace(
@@ -173,24 +279,15 @@ class Persister:
             last_error=None,
             pending=self._pending is not None,
         )
-        log.info(
-            "persisted state %s (serial %d, %d VRPs) in %.2f s%s",
-            receipt.state_id,
-            state.serial,
-            state.vrp_count(),
-            seconds,
-            " (already stored: retry)" if receipt.retried else "",
-        )
-        self._signal()
 
-    def _stop(self, exc: PersistenceError, state: PersistedState) -> None:
+    def _stop(self, exc: PersistenceError, what: str) -> None:
         self._error = exc
         self._pending = None
         self._status = replace(self._status, pending=False, stopped=True)
         log.error(
-            "persisting state %s failed permanently (%s); persistence stopped, the file is left "
-            "as it is; routers keep being served from memory",
-            state.state_id,
+            "%s failed permanently (%s); persistence stopped, the file is left as it is; "
+            "routers keep being served from memory",
+            what,
             exc,
         )
         self._signal()

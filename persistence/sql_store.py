@@ -85,13 +85,21 @@ class SqlStore(ABC):
         self._lock = lock
 
     def _take_ownership(self) -> None:
-        """Create the directory, then take the owner lock (before any connection)."""
+        """Create the directory, then take the owner lock (before any connection).
+
+        It covers the database file itself if it exists; else see `_lock_created_file`.
+        """
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise TransientError(f"cannot create {self.path.parent}: {exc}") from exc
         if self._lock is not None:
             self._lock.acquire()
+
+    def _lock_created_file(self) -> None:
+        """Lock the database file itself once the new connection created it (owners only)."""
+        if self._lock is not None:
+            self._lock.lock_database()
 
     def close_sync(self) -> None:
         """Close the connection (the database checkpoints its WAL) and release the lock."""
@@ -109,13 +117,19 @@ class SqlStore(ABC):
         """The persistence error class of a database driver's error (None: not the driver's)."""
 
     def call(self, fn: Callable[..., R], *args: Any) -> R:
-        """Run one store method, its driver errors translated into `PersistenceError`s."""
+        """Run one store method; driver errors as `translate` says, OSError/MemoryError transient.
+
+        Anything else (an `AssertionError`, a bug, a `BaseException` such as cancellation)
+        propagates unchanged, after the method's own cleanup.
+        """
         try:
             return fn(*args)
-        except PersistenceError:
+        except (PersistenceError, AssertionError):
             raise
         except Exception as exc:
             translated = self.translate(exc)
+            if translated is None and isinstance(exc, OSError | MemoryError):
+                translated = TransientError(f"{type(exc).__name__}: {exc}")
             if translated is None:
                 raise
             raise translated from exc

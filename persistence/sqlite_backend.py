@@ -1,7 +1,9 @@
 """SQLite (stdlib) backend: WAL, synchronous=FULL, one owner per file, read-only followers.
 
-Errors are classed on the SQLite result code: busy, locked, I/O, full and no-memory are
-transient; corrupt and not-a-database are corrupt; the file is never rewritten to repair it.
+Errors are classed on the SQLite (extended) result code alone, never on the message: busy,
+locked, plain I/O, full, no memory, interrupt and cannot-open are transient; corrupt,
+not-a-database and the damaged-data I/O codes are corrupt; read-only and an error without a code
+are permanent. The file is never rewritten to repair it.
 """
 
 from __future__ import annotations
@@ -22,33 +24,45 @@ from persistence.lock import OwnerLock, normalise
 from persistence.sql_store import Row, SqlStore, closed
 from persistence.state import SCHEMA_VERSION
 
-_TRANSIENT = {
-    sqlite3.SQLITE_BUSY,
-    sqlite3.SQLITE_LOCKED,
-    sqlite3.SQLITE_NOMEM,
-    sqlite3.SQLITE_IOERR,
-    sqlite3.SQLITE_FULL,
-    sqlite3.SQLITE_CANTOPEN,
-    sqlite3.SQLITE_PROTOCOL,
-}
-_CORRUPT = {sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT}
+#: Primary result codes of faults that may clear up: busy, locked, the lock protocol, plain
+#: I/O, no memory, interrupted, disk full, cannot open (the extended codes share them).
+_TRANSIENT = frozenset(
+    {
+        sqlite3.SQLITE_BUSY,
+        sqlite3.SQLITE_LOCKED,
+        sqlite3.SQLITE_PROTOCOL,
+        sqlite3.SQLITE_IOERR,
+        sqlite3.SQLITE_NOMEM,
+        sqlite3.SQLITE_INTERRUPT,
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_CANTOPEN,
+    }
+)
+#: Extended I/O codes that report damaged data (a page checksum, a corrupt file system): the
+#: file is not trusted, and retrying does not repair it.
+_CORRUPT_IO = frozenset({sqlite3.SQLITE_IOERR_DATA, sqlite3.SQLITE_IOERR_CORRUPTFS})
+_CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT})
 #: How long a statement waits for a lock held by another connection (followers, checkpoints).
 BUSY_TIMEOUT_MS = 5_000
 
 
 def classify(exc: sqlite3.Error) -> PersistenceError:
-    """The persistence error class for an `sqlite3` error."""
+    """The persistence error class of an `sqlite3` error, by its (extended) result code only.
+
+    An error without a result code (a bare ``OperationalError``, a text that does not decode
+    as UTF-8, a closed connection) is not retryable: nothing says trying again could help.
+    """
     code = getattr(exc, "sqlite_errorcode", None)
-    primary = None if code is None else code & 0xFF
-    name = getattr(exc, "sqlite_errorname", type(exc).__name__)
+    name = getattr(exc, "sqlite_errorname", None) or type(exc).__name__
     message = f"sqlite {name}: {exc}"
-    if primary in _CORRUPT or "not a database" in str(exc):
-        return CorruptStateError(message)
-    if primary == sqlite3.SQLITE_READONLY:  # a follower asked to write: a usage error
+    if type(code) is not int:
         return PersistenceError(message)
-    if primary in _TRANSIENT or isinstance(exc, sqlite3.OperationalError):
+    primary = code & 0xFF
+    if code in _CORRUPT_IO or primary in _CORRUPT:
+        return CorruptStateError(message)
+    if primary in _TRANSIENT:
         return TransientError(message)
-    return PersistenceError(message)
+    return PersistenceError(message)  # read-only access among them: not this connection's to fix
 
 
 def _use_wal(db: sqlite3.Connection, path: Path) -> None:
@@ -88,6 +102,7 @@ class SQLiteStore(SqlStore):
         try:
             db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
             self._db = db
+            self._lock_created_file()
             tables = self._table_names()
             if tables:
                 self.check_schema(tables)  # before anything could write to a foreign file

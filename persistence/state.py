@@ -112,6 +112,9 @@ class PersistedState:
     published_at: int
     package_version: str
     sources: tuple[SourceRecord, ...] = ()
+    #: The lower bound of effective time the owner had observed when it built the state. Not
+    #: part of the digest and not stored: it only raises the commit's ``written_at``.
+    observed_at: int = 0
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sources]
@@ -136,6 +139,13 @@ class PersistedState:
         for source in sorted(self.sources, key=lambda s: s.name):
             h.update(_source_digest(source))
         return h.digest()
+
+    def time_floor(self) -> int:
+        """The latest time the state shows was reached: a commit's ``written_at`` is no earlier.
+
+        The maximum of ``observed_at``, ``published_at`` and every source's ``accepted_at``.
+        """
+        return max(self.observed_at, self.published_at, *(s.accepted_at for s in self.sources))
 
     def vrp_count(self) -> int:
         """VRPs over all sources."""

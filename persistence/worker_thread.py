@@ -3,6 +3,8 @@
 The event loop only waits on an `anyio.Event`. A caller cancelled while its call runs does not
 stop the call (a database call cannot be interrupted safely); the result is dropped, and later
 calls queue behind it. `stop` ends the thread after the queued calls and waits a bounded time.
+Once a call is signalled done, the thread drops its references to it before it waits for the
+next one: an idle worker keeps no finished call's arguments, result or error alive.
 """
 
 from __future__ import annotations
@@ -93,11 +95,18 @@ class WorkerThread:
             call = self._queue.get()
             if call is None:
                 return
-            try:
-                call.result = call.fn(*call.args)
-            except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
-                call.error = exc
-            if call.done is None:
-                continue
-            with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
-                anyio.from_thread.run_sync(call.done.set, token=call.token)
+            self._execute(call)
+            # Idle without the finished call: its function, arguments, result and error belong
+            # to the caller (who may have dropped them already), not to this thread.
+            del call
+
+    @staticmethod
+    def _execute(call: _Call) -> None:
+        try:
+            call.result = call.fn(*call.args)
+        except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
+            call.error = exc
+        if call.done is None:
+            return
+        with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
+            anyio.from_thread.run_sync(call.done.set, token=call.token)

@@ -19,10 +19,14 @@ KINDS = ("sqlite", "duckdb")
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: The tests' wall clock starts an hour after the times inside their states.
+START = T0 / US + 3600
+
+
 class Clock:
     """A settable wall clock in Unix seconds (the only fake the tests use)."""
 
-    def __init__(self, now: float = T0 / US) -> None:
+    def __init__(self, now: float = START) -> None:
         self.now = now
 
     def __call__(self) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import threading
@@ -27,6 +28,7 @@ from persistence.schema import DDL, TABLES
 from persistence.state import SCHEMA_VERSION, StateId, header_digest
 from tests.persistence.helpers import KINDS, ROOT, Clock, listing, make, opened, raw
 from tests.persistence.states import (
+    US,
     assert_same_state,
     crash_state,
     make_state,
@@ -163,6 +165,48 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
         result = await backend.read_state()
         assert result is not None
         assert_same_state(result[1], second)
+
+
+async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, path: Path) -> None:
+    """A wall clock behind what the state shows (set back) does not make the commit look older."""
+    clock = Clock()
+    hour = 3600 * US
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        published = replace(
+            make_state(backend.store_id, StateId(1, 1)), published_at=clock.us() + hour
+        )
+        receipt = await backend.commit(published, None)
+        assert receipt.written_at == clock.us() + hour
+        header = await backend.read_header()
+        assert header is not None
+        assert header.written_at == clock.us() + hour
+
+        plain = make_state(backend.store_id, StateId(1, 2), serial=43)
+        observed = replace(plain, observed_at=clock.us() + 2 * hour)
+        assert observed.digest() == plain.digest()  # observed_at is no part of the content
+        receipt = await backend.commit(observed, StateId(1, 1))
+        assert receipt.written_at == clock.us() + 2 * hour
+        # A retry keeps the original written_at, whatever it observed since.
+        again = await backend.commit(replace(observed, observed_at=clock.us() + 9 * hour), None)
+        assert again.retried
+        assert again.written_at == clock.us() + 2 * hour
+
+        http, rtr, empty = realistic_sources()
+        ahead = replace(rtr, accepted_at=clock.us() + 3 * hour)
+        accepted = make_state(backend.store_id, StateId(1, 3), (http, ahead, empty), serial=44)
+        receipt = await backend.commit(accepted, StateId(1, 2))
+        assert receipt.written_at == clock.us() + 3 * hour
+
+        clock.now += 5 * 3600  # the wall clock ahead of everything in the state wins
+        later = replace(make_state(backend.store_id, StateId(1, 4), serial=45), observed_at=1)
+        receipt = await backend.commit(later, StateId(1, 3))
+        assert receipt.written_at == clock.us()
+    async with opened(kind, path) as backend:
+        result = await backend.read_state()
+        assert result is not None
+        assert result[0].written_at == clock.us()
+        assert_same_state(result[1], later)
 
 
 async def test_empty_state_round_trip(kind: str, path: Path) -> None:
@@ -336,7 +380,10 @@ async def test_schema_info_with_two_rows_is_corrupt(kind: str, path: Path) -> No
 
 async def test_not_a_database_is_refused(kind: str, path: Path) -> None:
     await anyio.Path(path).write_bytes(b"these are not the pages you are looking for\n" * 500)
-    await assert_refused_untouched(kind, path, (CorruptStateError, UnsupportedSchemaError))
+    # SQLite says "not a database" (SQLITE_NOTADB); DuckDB only raises its generic IOException,
+    # which is permanent without claiming corruption (see test_errors).
+    refused = CorruptStateError if kind == "sqlite" else PersistenceError
+    await assert_refused_untouched(kind, path, refused)
 
 
 # Row tampering after a clean commit. Realistic state: source 0 "ripe-http" (4 IPv4 VRPs, seq
@@ -601,6 +648,40 @@ async def test_second_owner_in_another_process_is_refused(kind: str, path: Path)
     async with opened(kind, path):
         assert await open_in_subprocess(kind, path) == "OwnerLockedError"
     assert await open_in_subprocess(kind, path) == "opened"
+
+
+async def test_second_owner_through_a_hard_link_is_refused(kind: str, tmp_path: Path) -> None:
+    """Ownership follows the file (its inode), not the path: a hard link does not get in."""
+    path = tmp_path / "state.db"
+    (tmp_path / "elsewhere").mkdir()
+    link = tmp_path / "elsewhere" / "link.db"
+    async with opened(kind, path) as owner:  # creates the file, then locks it
+        assert owner.store_id is not None
+        os.link(path, link)
+        second = make(kind, link)
+        with pytest.raises(OwnerLockedError) as caught:
+            await second.open()
+        assert not caught.value.retryable
+        assert await second.close()
+        assert await open_in_subprocess(kind, link) == "OwnerLockedError"
+        # The owner is unaffected: it still commits and reads.
+        state = make_state(owner.store_id, StateId(1, 1))
+        await owner.commit(state, None)
+        result = await owner.read_state()
+        assert result is not None
+        assert_same_state(result[1], state)
+    # The other way round: an owner through the link keeps out the original name.
+    async with opened(kind, link):
+        second = make(kind, path)
+        with pytest.raises(OwnerLockedError):
+            await second.open()
+        assert await second.close()
+        assert await open_in_subprocess(kind, path) == "OwnerLockedError"
+    assert await open_in_subprocess(kind, link) == "opened"
+    async with opened(kind, path) as backend:
+        result = await backend.read_state()
+        assert result is not None
+        assert_same_state(result[1], state)
 
 
 async def test_closed_backend_refuses_calls(kind: str, path: Path) -> None:
