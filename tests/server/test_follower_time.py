@@ -32,10 +32,12 @@ from persistence.state import (
     StateHeader,
     StateId,
 )
+from rtr_server.app import App, AppConfig
 from rtr_server.follower import StateFollower
 from snapshot.model import pack_v4
 from snapshot.snapshot import Snapshot
-from tests.server.helpers import wait_until
+from tests.server.helpers import RouterState, settings, wait_until
+from tests.server.rtr_client import TIMEOUT, RtrClient
 
 pytestmark = pytest.mark.anyio
 
@@ -235,6 +237,40 @@ class FailingBackend(GatedBackend):
 
 
 # ------------------------------------------------------------------------------ expiry timer
+
+
+async def routed(app: App) -> set[str]:
+    """The IPv4 prefixes a v1 router holds after a Reset Query to ``app``."""
+    host, port = app.server.addresses[0]
+    async with await RtrClient.connect(port, host) as client:
+        response = await client.reset(1)
+    held = RouterState().apply(response.payload)
+    return {str(ipaddress.IPv4Network((p[1], p[2]))) for p in held.prefixes if p[0] == 4}
+
+
+async def test_routers_of_a_follower_lose_an_entry_past_a_clock_jump(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    writer = Writer(path)
+    await writer.commit(X, Y)
+    await writer.close()
+    clock = ManualClock(W + 1)
+    config = AppConfig(
+        server=settings(), state_reader=StateLocation("sqlite", path), reader_poll=30
+    )
+    async with anyio.create_task_group() as tg:
+        app = App(config, clock)
+        with anyio.fail_after(TIMEOUT):
+            await tg.start(app.run)
+        await wait_until(lambda: app.state is not None, what="the follower's first publish")
+        assert await routed(app) == names(X, Y)
+        clock.wall_now = W + 61
+        await wait_until(
+            lambda: app.state is not None and app.state.snapshot.vrp_count == 1,
+            PROMPT,
+            "X withdrawn",
+        )
+        assert await routed(app) == names(Y)
+        tg.cancel_scope.cancel()
 
 
 async def test_a_wall_clock_jump_expires_entries_without_the_writer(tmp_path: Path) -> None:
