@@ -187,6 +187,8 @@ class ServedState:
     #: Each source's payload with the kinds it was selected for (sources selected for none
     #: are left out).
     selected: tuple[tuple[SourcePayload, frozenset[PayloadKind]], ...]
+    #: The stored state's id (for the log).
+    state_id: StateId | None = None
 
 
 def served_state(header: StateHeader, state: PersistedState) -> ServedState:
@@ -198,25 +200,28 @@ def served_state(header: StateHeader, state: PersistedState) -> ServedState:
             for record in state.sources
             if record.selected
         ),
+        header.state_id,
     )
 
 
 def serve_at(
-    served: ServedState, *, wall: float, policy: SlurmPolicy = EMPTY_POLICY
+    served: ServedState, *, now: float, policy: SlurmPolicy = EMPTY_POLICY
 ) -> tuple[Snapshot, float | None]:
-    """What a follower serves at ``wall``, and the wall time of the next expiry.
+    """What a follower serves at effective time ``now``, and when that next changes.
 
     The same selection as the owner's publish: each source's payload for the kinds it was
-    selected for, judged at the wall clock but never earlier than the write time.
+    selected for, judged at ``now`` but never earlier than the write time. ``now`` is the
+    follower's effective time (`upstream.timekeeper.TimeKeeper.now`), not the raw wall clock;
+    the next expiry is on the same scale (None: nothing left expires).
     """
-    now = int(max(wall, served.written))
+    judged = int(max(now, served.written))
     ahead = [
         first
         for payload, _ in served.selected
-        if (first := payload.earliest_expiry_after(now)) is not None
+        if (first := payload.earliest_expiry_after(judged)) is not None
     ]
-    next_expiry = float(min(ahead)) + (wall - now) if ahead else None
-    return merge_and_apply(_chosen(served.selected, now), policy), next_expiry
+    next_expiry = float(min(ahead)) if ahead else None
+    return merge_and_apply(_chosen(served.selected, judged), policy), next_expiry
 
 
 def _chosen(
