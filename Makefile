@@ -37,11 +37,15 @@ imports: $(STAMP)
 # The RTR-client tests follow a real StayRTR and the dashboard test drives headless Chromium
 # (Debian packages); install them when missing. The systemd unit is checked with
 # systemd-analyze verify (Debian package systemd; systemd need not run); without it that one
-# test is skipped.
+# test is skipped. The black-box wall-clock tests (tests/blackbox) move the clock of a real
+# rtr-serve with libfaketime (Debian package faketime).
 test-deps:
 	@command -v stayrtr >/dev/null 2>&1 || { \
 	  echo "installing stayrtr (Debian) for the RTR client tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq stayrtr; }
+	@command -v faketime >/dev/null 2>&1 || { \
+	  echo "installing faketime (Debian) for the black-box wall-clock tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq faketime; }
 	@command -v systemd-analyze >/dev/null 2>&1 || { \
 	  echo "installing systemd (Debian) for systemd-analyze verify of contrib/systemd"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd \

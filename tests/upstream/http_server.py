@@ -1,15 +1,16 @@
 """A scripted HTTP/1.1 server on 127.0.0.1 in a background thread, for the HTTP source tests.
 
 Each request takes the next `Reply` of the script (the last one repeats once the script is used
-up; an empty script answers 404). Every request is recorded with its headers, and a client that
-goes away while a body is being written is counted in `ScriptedServer.disconnects`.
+up; an empty script answers 404). A reply with an ``etag`` answers 304 to a request whose
+If-None-Match names it, as a real server would. Every request is recorded with its headers, and
+a client that goes away while a body is being written is counted in `ScriptedServer.disconnects`.
 """
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -31,6 +32,8 @@ class Reply:
     endless: bool = False
     #: Content-Length to announce; None: ``len(body)``, or none at all (and close) if endless.
     length: int | None = None
+    #: Sent as ETag; a request whose If-None-Match is this value gets 304 and no body instead.
+    etag: str | None = None
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,12 @@ class ScriptedServer:
             return self._script.pop(0) if len(self._script) > 1 else self._script[0]
 
     def _serve(self, handler: BaseHTTPRequestHandler) -> None:
-        reply = self._next(Seen(handler.path, {k.lower(): v for k, v in handler.headers.items()}))
+        seen = Seen(handler.path, {k.lower(): v for k, v in handler.headers.items()})
+        reply = self._next(seen)
+        if reply.etag is not None:
+            headers = {**reply.headers, "ETag": reply.etag}
+            status = 304 if seen.headers.get("if-none-match") == reply.etag else reply.status
+            reply = replace(reply, status=status, headers=headers)
         if reply.delay and self.stopping.wait(reply.delay):
             handler.close_connection = True
             return

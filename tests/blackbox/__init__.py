@@ -1,0 +1,1 @@
+"""Black-box tests: a real ``rtr-serve`` process, driven only from outside."""
