@@ -32,6 +32,13 @@
 # unknown withdrawals are judged against current + staged data. Error 2 keeps the data and polls
 # again after Retry (before any End of Data after `no_data_retry`); Error 12 keeps the data;
 # every other Error Report from the cache, and every error we report, drops the data.
+#
+# Hostile caches (issue 12). A Cache Reset answers only a Serial Query: answering a Reset
+# Query with it is a protocol error, Disconnect(protocol_error=True), that keeps the data of
+# the last End of Data and sends no Error Report (every report we could send is fatal and
+# would oblige us to drop good data); the I/O layer backs off before it reconnects. Only a
+# lower-version Cache Reset before negotiation (the implicit downgrade) gets one Reset Query at
+# that version.
 
 from __future__ import annotations
 
@@ -178,13 +185,16 @@ class Disconnect:
     """Write ``data`` (an Error Report, or b""), then close the connection.
 
     ``drop_data``: the session dropped this cache's data (a fatal error); ``reconnect_now``:
-    reconnect without a backoff (a version change), otherwise back off first.
+    reconnect without a backoff (a version change), otherwise back off first;
+    ``protocol_error``: the cache broke the protocol or a bound of this session (for the
+    error class), which with ``drop_data`` False leaves the data of the last End of Data held.
     """
 
     reason: str
     data: bytes = b""
     drop_data: bool = False
     reconnect_now: bool = False
+    protocol_error: bool = False
 
 
 ClientAction = Transmit | Publish | PollAfter | Downgrade | Disconnect
@@ -805,20 +815,21 @@ class ClientSession:
         *,
         drop_data: bool = False,
         reconnect_now: bool = False,
+        protocol_error: bool = False,
     ) -> Disconnect:
         self._state = ClientState.CLOSING
         self._close_reason = reason
         self._abort_staging()
         if drop_data:
             self._drop_data()
-        return Disconnect(reason, data, drop_data=drop_data, reconnect_now=reconnect_now)
+        return Disconnect(reason, data, drop_data, reconnect_now, protocol_error)
 
     def _fatal(self, code: ErrorCode, offending: bytes, text: str) -> Disconnect:
         """Report ``code`` (when our version has it), drop the connection and the data."""
         data = b""
         if error_code_valid(code, self._version):
             data = encode_error_report(self._version, code, offending, text)
-        return self._close(text, data, drop_data=True)
+        return self._close(text, data, drop_data=True, protocol_error=True)
 
     def _drop_data(self) -> None:
         self._snapshot = None
@@ -905,6 +916,11 @@ class ClientSession:
                 self._close(f"version changed to {pdu.version}", reconnect_now=True)
             )
             return self._pending.popleft()
+        if pdu.TYPE is PduType.CACHE_RESET:
+            # The downgrade came as a Cache Reset: one Reset Query at the cache's version.
+            self._negotiated = True
+            self._pending.append(Transmit(self._query_reset()))
+            return self._pending.popleft()
         return None  # go on: the reply is the full data at the new version
 
     def _on_framing_error(self, exc: RtrProtocolError) -> ClientAction:
@@ -952,6 +968,14 @@ class ClientSession:
 
     def _on_cache_reset(self, _pdu: Pdu) -> ClientAction:
         self._negotiated = True
+        if self._query is PduType.RESET_QUERY:
+            # Cache Reset answers only a Serial Query (a Reset Query gets the data or Error 2,
+            # digest section 5.4): asking again would loop against a cache serving nothing.
+            return self._close(
+                "the cache answered a Reset Query with Cache Reset (which answers only a "
+                "Serial Query): it serves no data",
+                protocol_error=True,
+            )
         return Transmit(self._query_reset())
 
     def _query_reset(self) -> bytes:

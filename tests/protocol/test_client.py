@@ -199,15 +199,16 @@ def session_in(state: str) -> ClientSession:
 
 #: The rules, written out: per state, what each PDU type leads to (anything else is Corrupt
 #: Data; undefined types are Unsupported PDU Type; a cache's Error Report ends the session).
+#: "awaiting" has sent a Reset Query, which a Cache Reset must not answer (the Serial Query
+#: case is `test_cache_reset_answers_with_reset_query_and_keeps_data`).
 RULES: dict[str, dict[int, str]] = {
-    "awaiting": {0: "nothing", 3: "nothing", 8: "query"},
+    "awaiting": {0: "nothing", 3: "nothing", 8: "refused"},
     "receiving": {0: "nothing", 4: "nothing", 6: "nothing", 9: "nothing", 11: "nothing", 7: "eod"},
     "idle": {0: "query"},
 }
 NEXT_STATE = {
     ("awaiting", 3): ClientState.RECEIVING,
     ("receiving", 7): ClientState.IDLE,
-    ("awaiting", 8): ClientState.AWAITING_RESPONSE,
     ("idle", 0): ClientState.AWAITING_RESPONSE,
 }
 
@@ -242,9 +243,11 @@ def test_transition_matrix(state: str, pdu_type: int) -> None:
     elif rule == "query":
         assert kinds(actions) == ["Transmit"]
         sent = decode(actions[0].data)  # type: ignore[union-attr]
-        expected = ResetQuery(2) if pdu_type == 8 else SerialQuery(2, SID, 1)
-        assert sent == expected
+        assert sent == SerialQuery(2, SID, 1)
         assert session.state is NEXT_STATE[(state, pdu_type)]
+    elif rule == "refused":
+        refusal(actions)
+        assert session.state is ClientState.CLOSING
     elif rule == "eod":
         assert kinds(actions) == ["Publish", "PollAfter"]
         assert session.state is ClientState.IDLE
@@ -356,6 +359,57 @@ def test_cache_reset_answers_with_reset_query_and_keeps_data() -> None:
     actions = feed(session, full(SNAP_B, 2, serial=1, session_id=OTHER_SID))
     assert only_publish(actions).snapshot == SNAP_B
     assert session.session_id == OTHER_SID
+
+
+def refusal(actions: list[ClientAction]) -> Disconnect:
+    """The one Disconnect of a Reset Query answered with Cache Reset (issue 12, item 14)."""
+    assert kinds(actions) == ["Disconnect"], actions
+    close = actions[0]
+    assert isinstance(close, Disconnect)
+    assert (close.data, close.drop_data, close.reconnect_now) == (b"", False, False)
+    assert close.protocol_error
+    assert "Cache Reset" in close.reason
+    assert "Reset Query" in close.reason
+    return close
+
+
+def test_cache_reset_answering_a_reset_query_is_an_error_that_keeps_the_data() -> None:
+    # A cache that answers every query with Cache Reset made us send Reset Queries in a
+    # tight loop; Cache Reset answers only a Serial Query.
+    session = synced(serial=3)
+    session.poll()
+    assert feed(session, encode(CacheReset(2))) == [Transmit(encode(ResetQuery(2)))]
+    refusal(feed(session, encode(CacheReset(2))))
+    assert session.state is ClientState.CLOSING
+    assert (session.snapshot, session.session_id, session.serial) == (SNAP_A, SID, 3)
+    session.connection_lost()
+    assert session.connection_made() == encode(SerialQuery(2, SID, 3))
+
+
+def test_cache_reset_answering_the_first_reset_query_is_an_error() -> None:
+    session = ClientSession()
+    session.connection_made()
+    refusal(feed(session, encode(CacheReset(2))))
+    assert session.snapshot is None
+
+
+def test_cache_reset_answering_a_reset_query_after_a_notify_is_an_error() -> None:
+    session = synced()
+    assert feed(session, encode(SerialNotify(2, OTHER_SID, 9))) == [Transmit(encode(ResetQuery(2)))]
+    refusal(feed(session, encode(CacheReset(2))))
+    assert session.snapshot == SNAP_A
+
+
+def test_lower_version_cache_reset_to_a_reset_query_asks_once_at_that_version() -> None:
+    # The implicit downgrade (digest P3) may come as a Cache Reset: one Reset Query at the
+    # cache's version, and a second Cache Reset is the error.
+    session = ClientSession()
+    session.connection_made()
+    actions = feed(session, encode(CacheReset(1)))
+    assert kinds(actions) == ["Downgrade", "Transmit"]
+    assert actions[1] == Transmit(encode(ResetQuery(1)))
+    refusal(feed(session, encode(CacheReset(1))))
+    assert session.version == 1
 
 
 def test_new_session_after_reconnect_comes_by_cache_reset() -> None:
