@@ -369,7 +369,10 @@ class RtrSource:
             self._failed("protocol", f"{self.cache}: {action.reason}")
             self._withdraw(sink, f"{action.reason}")
         else:
-            self._failed("connection", f"{self.cache}: {action.reason}")
+            # A protocol error that keeps the data (a Cache Reset refusing a Reset Query, a
+            # reply past its bounds): the data of the last End of Data serves on.
+            error_class = "protocol" if action.protocol_error else "connection"
+            self._failed(error_class, f"{self.cache}: {action.reason}")
         return False
 
     def _no_data(self, action: PollAfter) -> None:
