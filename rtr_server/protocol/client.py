@@ -108,6 +108,9 @@ from snapshot.model import (
 from snapshot.snapshot import Snapshot
 
 __all__ = [
+    "REPLY_BYTE_FLOOR",
+    "REPLY_GROWTH",
+    "REPLY_RECORD_FLOOR",
     "ClientAction",
     "ClientSession",
     "ClientState",
