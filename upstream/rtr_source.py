@@ -20,6 +20,20 @@
 # that connection, and for the cache's Retry interval after the connection is lost; never
 # before its first sync (after its first attempt). A distrusted source (`resync`) sends its
 # next query at once instead of at the end of its Refresh interval.
+#
+# Budgets for a hostile cache (issue 12). Each breach ends the connection as an error of its
+# class (one warning, shown in the status) and backs off as above; the data of the last End of
+# Data stays until Expire. Class ``protocol``: a Cache Reset answering a Reset Query (it
+# answers only a Serial Query; answering it with another Reset Query was a tight loop), and a
+# reply past the memory bounds of `ClientSession` (staged records at most max(3,000,000, 4 ×
+# records held), octets at most max(128 MiB, 4 × wire size held); the floors are the options
+# ``reply_record_floor`` and ``reply_byte_floor``). Class ``timeout``: a reply breaking a rule
+# of `upstream.rtr_progress.ReplyProgress`, timed on the event loop's clock from the query:
+# no byte for ``response_timeout`` (60 s) after the query or inside a reply; less than
+# ``min_rate`` (1 KiB/s) over any ``progress_window`` (30 s) once its first byte came, so a
+# drip of one byte a second is dropped ~30 s in; not complete ``reply_deadline`` (1800 s)
+# after its query, which a 1.5 M-VRP full table (~34 MB) still meets at 150 kbit/s and a
+# 1 M-VRP one (~22 MB) at 100 kbit/s.
 
 from __future__ import annotations
 
@@ -46,10 +60,12 @@ from rtr_server.protocol import (
     Publish,
     Transmit,
 )
+from rtr_server.protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
 from upstream.clock import Clock
 from upstream.json_format import NO_EXPIRY, SourcePayload
+from upstream.rtr_progress import ReplyProgress, Violation
 from upstream.source import Delivery, DeliverySink
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
@@ -64,8 +80,16 @@ DEFAULT_PORT = 323
 RECEIVE_SIZE = 65_536
 #: A write that makes no progress for this long ends the connection.
 SEND_TIMEOUT = 30.0
-#: An unanswered query (no byte at all) for this long ends the connection.
+#: A query unanswered (no byte at all) for this long ends the connection, and so does a reply
+#: that stops sending for this long.
 RESPONSE_TIMEOUT = 60.0
+#: Once a reply is under way, every PROGRESS_WINDOW seconds of it must bring MIN_RATE × the
+#: window octets (30 KiB): a drip of one octet a second is dropped ~30 s after its first octet.
+PROGRESS_WINDOW = 30.0
+MIN_RATE = 1024.0
+#: A reply must be complete this long after its query: a 1.5 M-VRP full table (~34 MB) needs
+#: 150 kbit/s, a 1 M-VRP one (~22 MB) 100 kbit/s.
+REPLY_DEADLINE = 1800.0
 #: How often the Expire deadline is compared with the clock (the clock may be a test's fake).
 EXPIRE_CHECK = 1.0
 #: TCP keepalive: idle seconds before the first probe, seconds between probes, probes.
@@ -149,7 +173,11 @@ def _enable_keepalive(stream: SocketStream) -> None:
 
 
 class _ResponseTimeoutError(Exception):
-    """Raised when the cache leaves a query unanswered for `RtrSource.response_timeout`."""
+    """Raised when a reply breaks a rule of `ReplyProgress` (stall, rate, deadline)."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(violation.message)
+        self.violation = violation
 
 
 class RtrSource:
@@ -165,9 +193,17 @@ class RtrSource:
         retry_initial: first reconnect backoff in seconds; doubles per failure.
         retry_max: backoff ceiling in seconds; also the retry after No Data before the cache
             has told us its Retry interval.
+        progress_window: seconds over which a reply under way must average ``min_rate``.
+        min_rate: octets per second a reply under way must bring (0 turns the rule off).
+        reply_deadline: seconds from a query by which its reply must be complete.
+        reply_record_floor: records one unfinished reply may stage at least (the bound is
+            ``max(floor, 4 × records held)``, see `ClientSession`).
+        reply_byte_floor: octets one unfinished reply may take at least (the bound is
+            ``max(floor, 4 × wire size of the data held)``).
 
     Raises:
-        ValueError: for a malformed URL or a non-positive interval.
+        ValueError: for a malformed URL, a non-positive interval or bound, or a negative
+            ``min_rate``.
     """
 
     kind = "rtr"
@@ -184,11 +220,18 @@ class RtrSource:
         connect_timeout: float = 10.0,
         retry_initial: float = 1.0,
         retry_max: float = 60.0,
+        progress_window: float = PROGRESS_WINDOW,
+        min_rate: float = MIN_RATE,
+        reply_deadline: float = REPLY_DEADLINE,
+        reply_record_floor: int = REPLY_RECORD_FLOOR,
+        reply_byte_floor: int = REPLY_BYTE_FLOOR,
     ) -> None:
         """Configure; nothing connects until `run`."""
         self.host, self.port = parse_rtr_url(url)
         if connect_timeout <= 0 or retry_initial <= 0 or retry_max < retry_initial:
             raise ValueError("need connect_timeout > 0 and 0 < retry_initial <= retry_max")
+        if progress_window <= 0 or reply_deadline <= 0 or min_rate < 0:
+            raise ValueError("need progress_window > 0, reply_deadline > 0 and min_rate >= 0")
         self.url = url
         self.name = name or url
         self.keeper = as_keeper(clock)
@@ -197,8 +240,16 @@ class RtrSource:
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self.response_timeout = RESPONSE_TIMEOUT
+        self.progress_window = progress_window
+        self.min_rate = min_rate
+        self.reply_deadline = reply_deadline
         self.expire_check = EXPIRE_CHECK
-        self.session = ClientSession(max_version=max_version, no_data_retry=retry_max)
+        self.session = ClientSession(
+            max_version=max_version,
+            no_data_retry=retry_max,
+            reply_record_floor=reply_record_floor,
+            reply_byte_floor=reply_byte_floor,
+        )
         self.status = SourceStatus(self.name, self.kind, url, connected=False)
         #: True while a TCP connection to the cache is up.
         self.connected = False
@@ -281,8 +332,8 @@ class RtrSource:
                 self.session.version,
             )
             return await self._pump(stream, sink)
-        except _ResponseTimeoutError:
-            self._failed("timeout", f"{self.cache} left a query unanswered for too long")
+        except _ResponseTimeoutError as exc:
+            self._failed("timeout", f"{self.cache} {exc.violation.message}")
             return False
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError) as exc:
             self._failed("connection", f"connection to {self.cache} lost: {exc!r}")
@@ -299,17 +350,33 @@ class RtrSource:
 
     async def _pump(self, stream: SocketStream, sink: PayloadSink) -> bool:
         session = self.session
-        await self._send(stream, session.connection_made())
+        progress = ReplyProgress(
+            stall=self.response_timeout,
+            window=self.progress_window,
+            min_rate=self.min_rate,
+            deadline=self.reply_deadline,
+        )
+        await self._query(stream, session.connection_made(), progress)
         poll_at = math.inf
         while True:
             action = session.next_action()
             if action is NEED_DATA:
                 busy = session.busy
-                deadline = anyio.current_time() + self.response_timeout if busy else poll_at
+                if busy:
+                    now = anyio.current_time()
+                    if not progress.active:  # pragma: no cover - every query goes by _query
+                        progress.start(now)
+                    violation = progress.violation(now)
+                    if violation is not None:
+                        raise _ResponseTimeoutError(violation)
+                    deadline = progress.next_check(now)
+                else:
+                    progress.stop()
+                    deadline = poll_at
                 data: bytes | None = None
                 if not busy and self._resync:
-                    deadline = anyio.current_time()
-                self._resync = False
+                    deadline = anyio.current_time()  # distrusted: ask again at once
+                    self._resync = False
                 with anyio.CancelScope(deadline=deadline) as scope:
                     self._idle_scope = None if busy else scope
                     try:
@@ -319,16 +386,16 @@ class RtrSource:
                 self._idle_scope = None
                 if data is not None:
                     self.status.bytes_read += len(data)
+                    progress.received(len(data), anyio.current_time())
                     session.receive_data(data)
-                elif busy:
-                    raise _ResponseTimeoutError
-                else:
+                elif not busy:
                     poll_at = math.inf
                     query = session.poll()
                     if query is not None:
-                        await self._send(stream, query)
+                        await self._query(stream, query, progress)
+                # else a progress rule is due: checked at the top
             elif isinstance(action, Transmit):
-                await self._send(stream, action.data)
+                await self._query(stream, action.data, progress)
             elif isinstance(action, Publish):
                 self._on_publish(action, sink)
             elif isinstance(action, PollAfter):
@@ -354,6 +421,11 @@ class RtrSource:
     async def _send(self, stream: SocketStream, data: bytes) -> None:
         with anyio.fail_after(SEND_TIMEOUT):
             await stream.send(data)
+
+    async def _query(self, stream: SocketStream, query: bytes, progress: ReplyProgress) -> None:
+        """Write a query (every Transmit is one) and start timing its reply."""
+        await self._send(stream, query)
+        progress.start(anyio.current_time())
 
     # ------------------------------------------------------------------ outcomes
     def _on_publish(self, action: Publish, sink: PayloadSink) -> None:
@@ -411,7 +483,10 @@ class RtrSource:
             self._failed("protocol", f"{self.cache}: {action.reason}")
             self._withdraw(sink, f"{action.reason}")
         else:
-            self._failed("connection", f"{self.cache}: {action.reason}")
+            # A protocol error that keeps the data (a Cache Reset refusing a Reset Query, a
+            # reply past its bounds): the data of the last End of Data serves on.
+            error_class = "protocol" if action.protocol_error else "connection"
+            self._failed(error_class, f"{self.cache}: {action.reason}")
         return False
 
     def _no_data(self, action: PollAfter) -> None:

@@ -32,6 +32,27 @@
 # unknown withdrawals are judged against current + staged data. Error 2 keeps the data and polls
 # again after Retry (before any End of Data after `no_data_retry`); Error 12 keeps the data;
 # every other Error Report from the cache, and every error we report, drops the data.
+#
+# Hostile caches (issue 12). A Cache Reset answers only a Serial Query: answering a Reset
+# Query with it is a protocol error, Disconnect(protocol_error=True), that keeps the data of
+# the last End of Data and sends no Error Report (every report we could send is fatal and
+# would oblige us to drop good data); the I/O layer backs off before it reconnects. Only a
+# lower-version Cache Reset before negotiation (the implicit downgrade) gets one Reset Query at
+# that version. One unfinished reply (Cache Response until End of Data) is bounded in memory:
+# it may stage at most max(REPLY_RECORD_FLOOR = 3,000,000, REPLY_GROWTH = 4 × held) records
+# (a record is a VRP, a router key or one provider of an ASPA) and take at most
+# max(REPLY_BYTE_FLOOR = 128 MiB, 4 × the wire size of the data held) octets. Past either
+# bound the reply is a protocol error too: its staged records are dropped, the data of the
+# last End of Data stays. Why these numbers: 3 M records admit a 1.5 M-VRP table doubling in
+# one reply (today's table is ~0.75 M); the factor 4 admits a delta that replaces everything
+# held (2 × held records) while it grows; a staged record costs ~85-100 bytes (measured with
+# tracemalloc, full replies of 1 M IPv4 / IPv6 prefixes), so at the floor staging stays near
+# 300 MB instead of growing without end (~800 MB after 6 M PDUs before). The octet floor is
+# the record floor in IPv6 prefix PDUs (3 M × 32 = 96 MB) with room to spare; it also ends a
+# reply that churns forever without staging anything (announce + withdraw of one record) and
+# bounds large Router Key PDUs. Both are checked as soon as a PDU (on the fast path: a run of
+# prefix PDUs) could have passed them, and at least every 64 KiB of the reply. Time bounds on
+# a reply (a drip, a reply that never ends) are the I/O layer's: it holds the clock.
 
 from __future__ import annotations
 
@@ -87,6 +108,9 @@ from snapshot.model import (
 from snapshot.snapshot import Snapshot
 
 __all__ = [
+    "REPLY_BYTE_FLOOR",
+    "REPLY_GROWTH",
+    "REPLY_RECORD_FLOOR",
     "ClientAction",
     "ClientSession",
     "ClientState",
@@ -178,13 +202,16 @@ class Disconnect:
     """Write ``data`` (an Error Report, or b""), then close the connection.
 
     ``drop_data``: the session dropped this cache's data (a fatal error); ``reconnect_now``:
-    reconnect without a backoff (a version change), otherwise back off first.
+    reconnect without a backoff (a version change), otherwise back off first;
+    ``protocol_error``: the cache broke the protocol or a bound of this session (for the
+    error class), which with ``drop_data`` False leaves the data of the last End of Data held.
     """
 
     reason: str
     data: bytes = b""
     drop_data: bool = False
     reconnect_now: bool = False
+    protocol_error: bool = False
 
 
 ClientAction = Transmit | Publish | PollAfter | Downgrade | Disconnect
@@ -329,6 +356,10 @@ class _Keys(Generic[_K]):
         self.removed.add(key)
         return True
 
+    def staged(self) -> int:
+        """The number of records the reply staged so far."""
+        return len(self.added) + len(self.removed)
+
     def staged_change(self) -> bool:
         """True when applying the staged reply may change `current`."""
         return self.full or bool(self.added) or bool(self.removed)
@@ -386,6 +417,23 @@ class _PackedKeys(_Keys[bytes]):
         self.packed = b""
 
 
+#: Bounds on one unfinished reply (Cache Response until End of Data): the records it stages may
+#: not exceed max(REPLY_RECORD_FLOOR, REPLY_GROWTH × the records held), its octets max(
+#: REPLY_BYTE_FLOOR, REPLY_GROWTH × the wire size of the held data). A record is a VRP, a
+#: router key or one provider of an ASPA (whose memory grows with its providers). See the
+#: header comment.
+REPLY_RECORD_FLOOR = 3_000_000
+REPLY_BYTE_FLOOR = 128 * 1024 * 1024
+REPLY_GROWTH = 4
+#: The fewest octets a staged record costs on the wire (one more provider of an ASPA PDU): with
+#: r records to go the count cannot pass its bound within 4·r octets, so it is checked no sooner.
+_MIN_RECORD_OCTETS = 4
+#: The bounds are checked at least once per this many octets of a reply.
+_BOUND_CHECK_STEP = 65_536
+#: Wire size of a held record: IPv4 / IPv6 prefix PDU, Router Key and ASPA fixed parts.
+_V4_PDU, _V6_PDU, _KEY_FIXED, _ASPA_FIXED = 20, 32, 32, 12
+
+
 #: A delta smaller than 1/64 of the held keys is spliced into the packed string (binary
 #: searches); a larger one rebuilds it by sorting.
 SPLICE_RATIO = 64
@@ -438,12 +486,20 @@ class ClientSession:
             Data has told us the cache's Retry yet.
         fast_path: stage runs of prefix PDUs straight from the buffer (same results, about
             10x faster); False sends every PDU through the transition table.
+        reply_record_floor: records one unfinished reply may stage at least; the bound is
+            ``max(reply_record_floor, reply_growth × records held)``.
+        reply_byte_floor: octets one unfinished reply may take at least; the bound is
+            ``max(reply_byte_floor, reply_growth × wire size of the data held)``.
+        reply_growth: how many times the held data a reply may stage or take.
     """
 
     __slots__ = (
         "_aspa_current",
         "_aspa_full",
         "_aspa_staged",
+        "_aspa_weight",
+        "_base",
+        "_bound_check_at",
         "_buf",
         "_close_reason",
         "_discarding",
@@ -455,6 +511,9 @@ class ClientSession:
         "_pos",
         "_query",
         "_raw",
+        "_reply_bytes_max",
+        "_reply_records_max",
+        "_reply_start",
         "_response_session",
         "_serial",
         "_session_id",
@@ -471,6 +530,9 @@ class ClientSession:
         "max_pdu_size",
         "max_version",
         "no_data_retry",
+        "reply_byte_floor",
+        "reply_growth",
+        "reply_record_floor",
     )
 
     def __init__(
@@ -481,6 +543,9 @@ class ClientSession:
         default_timers: Timers | None = None,
         no_data_retry: float = 60.0,
         fast_path: bool = True,
+        reply_record_floor: int = REPLY_RECORD_FLOOR,
+        reply_byte_floor: int = REPLY_BYTE_FLOOR,
+        reply_growth: int = REPLY_GROWTH,
     ) -> None:
         """Start DISCONNECTED, holding no data."""
         if not 0 <= max_version <= MAX_VERSION:
@@ -489,6 +554,11 @@ class ClientSession:
             raise ValueError("no_data_retry must be positive")
         if max_pdu_size < HEADER_SIZE:
             raise ValueError(f"max_pdu_size must be at least {HEADER_SIZE}")
+        if min(reply_record_floor, reply_byte_floor, reply_growth) < 1:
+            raise ValueError("reply_record_floor, reply_byte_floor and reply_growth must be >= 1")
+        self.reply_record_floor = reply_record_floor
+        self.reply_byte_floor = reply_byte_floor
+        self.reply_growth = reply_growth
         self.max_version = max_version
         self.max_pdu_size = max_pdu_size
         self.default_timers = default_timers if default_timers is not None else Timers()
@@ -500,7 +570,15 @@ class ClientSession:
         self._state = ClientState.DISCONNECTED
         self._buf = bytearray()
         self._pos = 0
+        #: Stream offset of ``_buf[0]`` on this connection.
+        self._base = 0
         self._eof = False
+        #: Stream offset where the reply being staged began, its bounds, and the offset at
+        #: which they are checked next.
+        self._reply_start = 0
+        self._reply_records_max = reply_record_floor
+        self._reply_bytes_max = reply_byte_floor
+        self._bound_check_at = 0
         #: The raw bytes of the PDU being handled (for Error Reports).
         self._raw = b""
         self._pending: deque[ClientAction] = deque()
@@ -521,6 +599,9 @@ class ClientSession:
         self._keys: _Keys[RouterKey] = _Keys()
         self._aspa_current: dict[int, tuple[int, ...]] = {}
         self._aspa_staged: dict[int, tuple[int, ...] | None] = {}
+        #: Records the staged ASPA PDUs count for the reply bound: every provider of an
+        #: announce (a replaced set still counts) and 1 per withdraw.
+        self._aspa_weight = 0
         self._aspa_full = False
 
     # ----------------------------------------------------------------- read-only views
@@ -575,6 +656,7 @@ class ClientSession:
             raise RuntimeError(f"connection_made() in state {self._state.name}")
         self._buf = bytearray()
         self._pos = 0
+        self._base = 0
         self._eof = False
         self._negotiated = False
         self._notified = None
@@ -633,6 +715,7 @@ class ClientSession:
         if pos and pos >= len(self._buf) - pos:
             # Drop consumed octets once they are at least half the buffer (amortised O(n)).
             del self._buf[:pos]
+            self._base += pos
             self._pos = 0
         self._buf += data
 
@@ -655,10 +738,15 @@ class ClientSession:
             return Disconnect(self._close_reason)
         transitions = self._transitions
         while True:
-            if self._state is ClientState.RECEIVING and self.fast_path and not self._discarding:
-                action = self._prefix_runs()
-                if action is not None:
-                    return action
+            if self._state is ClientState.RECEIVING:
+                if self._base + self._pos >= self._bound_check_at:
+                    over = self._check_reply_bounds()
+                    if over is not None:
+                        return over
+                if self.fast_path and not self._discarding:
+                    action = self._prefix_runs()
+                    if action is not None:
+                        return action
             try:
                 pdu = self._next_pdu()
             except RtrProtocolError as exc:
@@ -731,6 +819,10 @@ class ClientSession:
                 action = self._v6_run(bytes(buf[pos : match.end()]), pos)
             if action is not None or self._pos != match.end():
                 return action  # an error, or a PDU left for the general path
+            if self._base + self._pos >= self._bound_check_at:
+                action = self._check_reply_bounds()
+                if action is not None:
+                    return action
 
     def _v4_run(self, run: bytes, pos: int) -> ClientAction | None:
         if self._v4.full and (batch := _v4_announcements(run)) is not None:
@@ -805,20 +897,21 @@ class ClientSession:
         *,
         drop_data: bool = False,
         reconnect_now: bool = False,
+        protocol_error: bool = False,
     ) -> Disconnect:
         self._state = ClientState.CLOSING
         self._close_reason = reason
         self._abort_staging()
         if drop_data:
             self._drop_data()
-        return Disconnect(reason, data, drop_data=drop_data, reconnect_now=reconnect_now)
+        return Disconnect(reason, data, drop_data, reconnect_now, protocol_error)
 
     def _fatal(self, code: ErrorCode, offending: bytes, text: str) -> Disconnect:
         """Report ``code`` (when our version has it), drop the connection and the data."""
         data = b""
         if error_code_valid(code, self._version):
             data = encode_error_report(self._version, code, offending, text)
-        return self._close(text, data, drop_data=True)
+        return self._close(text, data, drop_data=True, protocol_error=True)
 
     def _drop_data(self) -> None:
         self._snapshot = None
@@ -835,6 +928,7 @@ class ClientSession:
         self._v6.begin(full=False)
         self._keys.begin(full=False)
         self._aspa_staged = {}
+        self._aspa_weight = 0
         self._aspa_full = False
 
     def _begin_staging(self, *, full: bool) -> None:
@@ -842,6 +936,7 @@ class ClientSession:
         self._v6.begin(full=full)
         self._keys.begin(full=full)
         self._aspa_staged = {}
+        self._aspa_weight = 0
         self._aspa_full = full
 
     def _build_snapshot(self) -> Snapshot:
@@ -905,6 +1000,11 @@ class ClientSession:
                 self._close(f"version changed to {pdu.version}", reconnect_now=True)
             )
             return self._pending.popleft()
+        if pdu.TYPE is PduType.CACHE_RESET:
+            # The downgrade came as a Cache Reset: one Reset Query at the cache's version.
+            self._negotiated = True
+            self._pending.append(Transmit(self._query_reset()))
+            return self._pending.popleft()
         return None  # go on: the reply is the full data at the new version
 
     def _on_framing_error(self, exc: RtrProtocolError) -> ClientAction:
@@ -947,11 +1047,70 @@ class ClientSession:
             )
         self._response_session = pdu.session_id
         self._begin_staging(full=self._query is PduType.RESET_QUERY)
+        self._start_reply_bounds()
         self._state = ClientState.RECEIVING
+        return None
+
+    def _start_reply_bounds(self) -> None:
+        """Bound the reply that begins here by the data held now (see the header comment)."""
+        growth = self.reply_growth
+        v4, v6, keys, aspas = (
+            len(self._v4.current),
+            len(self._v6.current),
+            self._keys.current,
+            self._aspa_current,
+        )
+        providers = sum(map(len, aspas.values()))
+        records = v4 + v6 + len(keys) + providers
+        octets = (
+            _V4_PDU * v4
+            + _V6_PDU * v6
+            + sum(_KEY_FIXED + len(key.spki) for key in keys)
+            + _ASPA_FIXED * len(aspas)
+            + 4 * providers
+        )
+        self._reply_records_max = max(self.reply_record_floor, growth * records)
+        self._reply_bytes_max = max(self.reply_byte_floor, growth * octets)
+        self._reply_start = self._bound_check_at = self._base + self._pos
+
+    def _check_reply_bounds(self) -> Disconnect | None:
+        """Disconnect when the reply outgrew its bounds; else schedule the next check."""
+        offset = self._base + self._pos
+        octets = offset - self._reply_start
+        octets_max = self._reply_bytes_max
+        if octets > octets_max:
+            return self._close(
+                f"a reply took more than {octets_max:,} octets without End of Data (the bound "
+                f"is max({self.reply_byte_floor:,}, {self.reply_growth} x the data held)); "
+                "its staged records are dropped",
+                protocol_error=True,
+            )
+        staged = self._v4.staged() + self._v6.staged() + self._keys.staged() + self._aspa_weight
+        records_max = self._reply_records_max
+        if staged > records_max:
+            return self._close(
+                f"a reply staged more than {records_max:,} records without End of Data (the "
+                f"bound is max({self.reply_record_floor:,}, {self.reply_growth} x the records "
+                "held)); its staged records are dropped",
+                protocol_error=True,
+            )
+        self._bound_check_at = offset + min(
+            _BOUND_CHECK_STEP,
+            _MIN_RECORD_OCTETS * (records_max - staged + 1),
+            octets_max - octets + 1,
+        )
         return None
 
     def _on_cache_reset(self, _pdu: Pdu) -> ClientAction:
         self._negotiated = True
+        if self._query is PduType.RESET_QUERY:
+            # Cache Reset answers only a Serial Query (a Reset Query gets the data or Error 2,
+            # digest section 5.4): asking again would loop against a cache serving nothing.
+            return self._close(
+                "the cache answered a Reset Query with Cache Reset (which answers only a "
+                "Serial Query): it serves no data",
+                protocol_error=True,
+            )
         return Transmit(self._query_reset())
 
     def _query_reset(self) -> bytes:
@@ -1014,6 +1173,7 @@ class ClientSession:
             except PayloadError as exc:
                 return self._fatal(ErrorCode.CORRUPT_DATA, self._raw, str(exc))
             staged[customer] = aspa.providers  # an announce replaces the set (bis §5.12)
+            self._aspa_weight += len(aspa.providers)
             return None
         if customer in staged:
             held = staged[customer] is not None
@@ -1026,6 +1186,7 @@ class ClientSession:
                 f"withdrawal of the ASPA of AS{customer}, which is not held",
             )
         staged[customer] = None
+        self._aspa_weight += 1
         return None
 
     def _apply_aspas(self) -> bool:
@@ -1044,6 +1205,7 @@ class ClientSession:
         changed = new != self._aspa_current
         self._aspa_current = new
         self._aspa_staged = {}
+        self._aspa_weight = 0
         self._aspa_full = False
         return changed
 

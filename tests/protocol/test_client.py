@@ -199,15 +199,16 @@ def session_in(state: str) -> ClientSession:
 
 #: The rules, written out: per state, what each PDU type leads to (anything else is Corrupt
 #: Data; undefined types are Unsupported PDU Type; a cache's Error Report ends the session).
+#: "awaiting" has sent a Reset Query, which a Cache Reset must not answer (the Serial Query
+#: case is `test_cache_reset_answers_with_reset_query_and_keeps_data`).
 RULES: dict[str, dict[int, str]] = {
-    "awaiting": {0: "nothing", 3: "nothing", 8: "query"},
+    "awaiting": {0: "nothing", 3: "nothing", 8: "refused"},
     "receiving": {0: "nothing", 4: "nothing", 6: "nothing", 9: "nothing", 11: "nothing", 7: "eod"},
     "idle": {0: "query"},
 }
 NEXT_STATE = {
     ("awaiting", 3): ClientState.RECEIVING,
     ("receiving", 7): ClientState.IDLE,
-    ("awaiting", 8): ClientState.AWAITING_RESPONSE,
     ("idle", 0): ClientState.AWAITING_RESPONSE,
 }
 
@@ -242,9 +243,11 @@ def test_transition_matrix(state: str, pdu_type: int) -> None:
     elif rule == "query":
         assert kinds(actions) == ["Transmit"]
         sent = decode(actions[0].data)  # type: ignore[union-attr]
-        expected = ResetQuery(2) if pdu_type == 8 else SerialQuery(2, SID, 1)
-        assert sent == expected
+        assert sent == SerialQuery(2, SID, 1)
         assert session.state is NEXT_STATE[(state, pdu_type)]
+    elif rule == "refused":
+        refusal(actions)
+        assert session.state is ClientState.CLOSING
     elif rule == "eod":
         assert kinds(actions) == ["Publish", "PollAfter"]
         assert session.state is ClientState.IDLE
@@ -356,6 +359,57 @@ def test_cache_reset_answers_with_reset_query_and_keeps_data() -> None:
     actions = feed(session, full(SNAP_B, 2, serial=1, session_id=OTHER_SID))
     assert only_publish(actions).snapshot == SNAP_B
     assert session.session_id == OTHER_SID
+
+
+def refusal(actions: list[ClientAction]) -> Disconnect:
+    """The one Disconnect of a Reset Query answered with Cache Reset (issue 12, item 14)."""
+    assert kinds(actions) == ["Disconnect"], actions
+    close = actions[0]
+    assert isinstance(close, Disconnect)
+    assert (close.data, close.drop_data, close.reconnect_now) == (b"", False, False)
+    assert close.protocol_error
+    assert "Cache Reset" in close.reason
+    assert "Reset Query" in close.reason
+    return close
+
+
+def test_cache_reset_answering_a_reset_query_is_an_error_that_keeps_the_data() -> None:
+    # A cache that answers every query with Cache Reset made us send Reset Queries in a
+    # tight loop; Cache Reset answers only a Serial Query.
+    session = synced(serial=3)
+    session.poll()
+    assert feed(session, encode(CacheReset(2))) == [Transmit(encode(ResetQuery(2)))]
+    refusal(feed(session, encode(CacheReset(2))))
+    assert session.state is ClientState.CLOSING
+    assert (session.snapshot, session.session_id, session.serial) == (SNAP_A, SID, 3)
+    session.connection_lost()
+    assert session.connection_made() == encode(SerialQuery(2, SID, 3))
+
+
+def test_cache_reset_answering_the_first_reset_query_is_an_error() -> None:
+    session = ClientSession()
+    session.connection_made()
+    refusal(feed(session, encode(CacheReset(2))))
+    assert session.snapshot is None
+
+
+def test_cache_reset_answering_a_reset_query_after_a_notify_is_an_error() -> None:
+    session = synced()
+    assert feed(session, encode(SerialNotify(2, OTHER_SID, 9))) == [Transmit(encode(ResetQuery(2)))]
+    refusal(feed(session, encode(CacheReset(2))))
+    assert session.snapshot == SNAP_A
+
+
+def test_lower_version_cache_reset_to_a_reset_query_asks_once_at_that_version() -> None:
+    # The implicit downgrade (digest P3) may come as a Cache Reset: one Reset Query at the
+    # cache's version, and a second Cache Reset is the error.
+    session = ClientSession()
+    session.connection_made()
+    actions = feed(session, encode(CacheReset(1)))
+    assert kinds(actions) == ["Downgrade", "Transmit"]
+    assert actions[1] == Transmit(encode(ResetQuery(1)))
+    refusal(feed(session, encode(CacheReset(1))))
+    assert session.version == 1
 
 
 def test_new_session_after_reconnect_comes_by_cache_reset() -> None:
@@ -1010,6 +1064,125 @@ def test_expire_during_a_full_reply_keeps_staging() -> None:
     feed(session, reply[:30])
     session.expire()
     assert only_publish(feed(session, reply[30:])).snapshot == SNAP_B
+
+
+# ------------------------------------------------------------------------------- reply bounds
+
+#: SNAP_A on the wire at v2: 4 records in 20 + 32 + (32 + 3) + (12 + 4) octets.
+SNAP_A_RECORDS, SNAP_A_OCTETS = 4, 103
+
+
+def bounded(**kwargs: Any) -> ClientSession:
+    """A session holding SNAP_A (serial 1) whose Serial Query is out."""
+    session = ClientSession(**kwargs)
+    session.connection_made()
+    assert kinds(feed(session, full(SNAP_A))) == ["Publish", "PollAfter"]
+    assert session.poll() == encode(SerialQuery(2, SID, 1))
+    return session
+
+
+def host_routes(count: int, *, start: int = 0) -> bytes:
+    """``count`` distinct IPv4 /32 announcements (10.0.0.0 upwards)."""
+    return b"".join(
+        encode(Ipv4Prefix(2, 1, 32, 32, 0x0A00_0000 + i, 64496)) for i in range(start, count)
+    )
+
+
+def over_bound(actions: list[ClientAction], what: str) -> Disconnect:
+    assert kinds(actions) == ["Disconnect"], actions
+    close = actions[0]
+    assert isinstance(close, Disconnect)
+    assert (close.data, close.drop_data, close.reconnect_now) == (b"", False, False)
+    assert close.protocol_error
+    assert what in close.reason
+    assert "without End of Data" in close.reason
+    return close
+
+
+def test_reply_bound_defaults() -> None:
+    session = ClientSession()
+    assert (session.reply_record_floor, session.reply_byte_floor, session.reply_growth) == (
+        3_000_000,
+        128 * 1024 * 1024,
+        4,
+    )
+    with pytest.raises(ValueError, match="reply_record_floor"):
+        ClientSession(reply_record_floor=0)
+    with pytest.raises(ValueError, match="reply_byte_floor"):
+        ClientSession(reply_byte_floor=0)
+    with pytest.raises(ValueError, match="reply_growth"):
+        ClientSession(reply_growth=0)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_reply_staging_more_records_than_the_floor_is_dropped_and_the_data_stays(
+    fast_path: bool,
+) -> None:
+    # A reply that never reaches End of Data grew memory without bound (issue 12, item 15).
+    session = bounded(reply_record_floor=20, fast_path=fast_path)
+    start = encode(CacheResponse(2, SID))
+    assert feed(session, start, host_routes(20)) == []
+    close = over_bound(feed(session, host_routes(21, start=20)), "20 records")
+    assert session.state is ClientState.CLOSING
+    assert (session.snapshot, session.serial) == (SNAP_A, 1)
+    session.connection_lost()
+    # The bound is per reply: the next one goes through.
+    assert session.connection_made() == encode(SerialQuery(2, SID, 1))
+    assert only_publish(feed(session, delta(SNAP_A, SNAP_B))).snapshot == SNAP_B
+    assert "max(20, 4 x the records held)" in close.reason
+
+
+def test_reply_record_bound_grows_with_the_data_held() -> None:
+    session = bounded(reply_record_floor=SNAP_A_RECORDS)
+    bound = 4 * SNAP_A_RECORDS
+    assert feed(session, encode(CacheResponse(2, SID)), host_routes(bound)) == []
+    over_bound(feed(session, host_routes(bound + 1, start=bound)), f"{bound} records")
+    assert session.snapshot == SNAP_A
+
+
+def test_aspa_providers_count_as_records() -> None:
+    # An ASPA's memory grows with its providers (up to 16,380 in one PDU).
+    session = bounded(reply_record_floor=20)
+    big = encode(AspaPdu(2, 1, 64600, tuple(range(65000, 65021))))
+    over_bound(feed(session, encode(CacheResponse(2, SID)), big), "20 records")
+    assert session.snapshot == SNAP_A
+
+
+def test_full_reply_counts_against_the_bound_too() -> None:
+    session = bounded(reply_record_floor=50)
+    session.connection_lost()
+    session.connection_made()
+    assert feed(session, encode(CacheReset(2))) == [Transmit(encode(ResetQuery(2)))]
+    actions = feed(session, encode(CacheResponse(2, OTHER_SID)), host_routes(51), eod(2))
+    over_bound(actions, "50 records")
+    assert (session.snapshot, session.session_id) == (SNAP_A, SID)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_reply_taking_more_octets_than_its_bound_is_dropped(fast_path: bool) -> None:
+    # Announce + withdraw of one record stages nothing, forever: only the octets show it.
+    session = bounded(reply_byte_floor=200, fast_path=fast_path)
+    bound = 4 * SNAP_A_OCTETS
+    churn = v4_pdu(VRP_C) + v4_pdu(VRP_C, announce=False)
+    assert feed(session, encode(CacheResponse(2, SID)), churn * (bound // 40)) == []
+    over_bound(feed(session, churn), f"{bound:,} octets")
+    assert session.snapshot == SNAP_A
+
+
+def test_reply_bounds_checked_across_many_small_receives() -> None:
+    session = bounded(reply_record_floor=300)
+    session.receive_data(encode(CacheResponse(2, SID)))
+    assert drain(session) == []
+    routes = host_routes(400)
+    actions: list[ClientAction] = []
+    for offset in range(0, len(routes), 7):
+        session.receive_data(routes[offset : offset + 7])
+        actions += drain(session)
+        if actions:
+            break
+    over_bound(actions, "300 records")
+    # Caught at the PDU that passed the bound, not later.
+    assert offset < 301 * 20 <= offset + 7
 
 
 # ------------------------------------------------------------------------------- properties
