@@ -8,6 +8,11 @@ fraction of a second) and the new state is swapped into the server in one assign
 With persisted state, start-up runs in this order: owner lock and schema check (backend open),
 read with digest checks, time check, rebuild, publish, and only then the network. With
 ``--state-reader`` the app follows another process's SQLite state instead of running sources.
+
+`App.stop` closes in order: the client is closed (no new snapshot), the snapshot in hand is
+published and the last published state handed over, its commit waited for within
+``flush_timeout`` (`App.abort_stop` cuts that short), then the store and the listeners close;
+`App.shutdown` and one log line say what was persisted. Cancelling `run` stops at once.
 """
 
 from __future__ import annotations
@@ -37,6 +42,13 @@ from rtr_server.publish_log import PublishLog
 from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
 from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
+from rtr_server.shutdown import (
+    Handover,
+    ShutdownReport,
+    StopRequest,
+    persist_last,
+    without_persister,
+)
 from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from upstream.aggregate import Source
@@ -81,8 +93,12 @@ class AppConfig:
     http: HttpSettings | None = None
     #: SLURM files (RFC 8416 with ASPA), applied to every snapshot and reloaded on change.
     slurm: tuple[str, ...] = ()
+    #: At an orderly stop, wait at most this long for the last state's commit (seconds).
+    flush_timeout: float = 30.0
 
     def __post_init__(self) -> None:
+        if not self.flush_timeout > 0:
+            raise ValueError("flush_timeout must be positive")
         if self.state_reader is not None:
             if self.sources or self.group_sources or self.state is not None:
                 raise ValueError("--state-reader serves another process's state: no sources")
@@ -147,6 +163,11 @@ class App:
         #: Prometheus collectors of this app (served on /metrics); never the global registry.
         self.registry = CollectorRegistry()
         self.http = None if config.http is None else HttpApi(self, config.http, self.registry)
+        #: How the last orderly stop ended (None until `stop` made `run` close in order).
+        self.shutdown: ShutdownReport | None = None
+        self._stop = StopRequest()
+        #: What `_follow` took from the client last and what it handed to the persister.
+        self._handover: Handover[ClientSnapshot] = Handover()
 
     def _client(self) -> Client:
         if self.client is None:
@@ -204,20 +225,60 @@ class App:
         )
         log_publish(state, self.clock.monotonic() - started)
 
-    async def _follow(self) -> None:
-        """Publish every snapshot the client makes; resynchronise when a watch says so."""
+    async def _follow(self, scope: anyio.CancelScope, done: anyio.Event) -> None:
+        """Publish every snapshot the client makes; resynchronise when a watch says so.
+
+        After `stop` no new snapshot is taken; the one in hand is published and handed over
+        (``scope`` is cancelled only while idle, or when the close runs out of time).
+        """
         client = self._client()
-        while client.state is ClientState.RUNNING:
-            with client.watch() as events:
-                try:
-                    async for event in events:
-                        if isinstance(event, SnapshotEvent):
-                            await self._on_client_snapshot(event.snapshot)
-                except ResyncRequiredError as exc:
-                    log.info("resynchronising with the client: %s", exc)
+        stop = self._stop
+        try:
+            with scope:
+                while client.state is ClientState.RUNNING and not stop.requested():
+                    with client.watch() as events:
+                        try:
+                            async for event in events:
+                                if stop.requested():
+                                    break
+                                if isinstance(event, SnapshotEvent):
+                                    await self._take(event.snapshot)
+                                if stop.requested():
+                                    break
+                        except ResyncRequiredError as exc:
+                            if not stop.requested():
+                                log.info("resynchronising with the client: %s", exc)
+        finally:
+            done.set()
+
+    async def _take(self, current: ClientSnapshot) -> None:
+        """Publish ``current`` and hand it to the persister, noting what was handed over."""
+        with self._handover.taking(current):
+            await self._on_client_snapshot(current)
+        if self.persister is not None and self.server.state is not None:
+            self._note_offer(current)
+
+    def _note_offer(self, current: ClientSnapshot) -> None:
+        """Note the state `_persist` just offered (its id is the app's latest generation)."""
+        assert self.persister is not None
+        assert self.server.state is not None
+        state_id = StateId(self._epoch, self._generation)
+        self._handover.note(current, state_id, self.server.state, self.persister.persisted)
+
+    async def _offer_now(self, current: ClientSnapshot) -> None:
+        await self._persist(current)  # the final hand-over, when `_take` was cut short
+        self._note_offer(current)
+
+    def stop(self) -> None:
+        """Ask for an orderly stop (see the module docstring); `run` then returns."""
+        self._stop.request()
+
+    def abort_stop(self, reason: str) -> None:
+        """Stop waiting for the final commit (e.g. a second SIGTERM); the close goes on."""
+        self._stop.abort(reason)
 
     async def run(self, *, task_status: TaskStatus[App] = anyio.TASK_STATUS_IGNORED) -> None:
-        """Serve until cancelled."""
+        """Serve until `stop` (an orderly close, then return) or until cancelled (at once)."""
         if self.config.state_reader is not None:
             await self._run_reader(self.config.state_reader, task_status)
             return
@@ -225,15 +286,54 @@ class App:
             if self.config.state is not None:
                 await self._recover(self.config.state, stack)
             client = await stack.enter_async_context(self._client())
-            tg = await stack.enter_async_context(anyio.create_task_group())
-            if self.persister is not None:
-                await tg.start(self.persister.run)
-            await tg.start(self.server.serve)
+            listeners = await stack.enter_async_context(anyio.create_task_group())
+            await listeners.start(self.server.serve)
             if self.http is not None:
-                await tg.start(self.http.serve)
-            await tg.start(client.run)
-            task_status.started(self)
-            await self._follow()
+                await listeners.start(self.http.serve)
+            follow_scope, followed = anyio.CancelScope(), anyio.Event()
+            async with anyio.create_task_group() as work:
+                if self.persister is not None:
+                    await work.start(self.persister.run)
+                await work.start(client.run)
+                work.start_soon(self._follow, follow_scope, followed, name="client snapshots")
+                task_status.started(self)
+                await self._stop.wait()
+                report = await self._close_in_order(client, follow_scope, followed)
+                # Stop the persister: a commit in its thread still ends before the store closes.
+                work.cancel_scope.cancel()
+            if self.backend is not None:
+                await self._close_backend(self.backend)
+            self.shutdown = report
+            report.log(log)
+            listeners.cancel_scope.cancel()  # routers are told goodbye and the listeners close
+
+    async def _close_in_order(
+        self, client: Client, follow_scope: anyio.CancelScope, followed: anyio.Event
+    ) -> ShutdownReport:
+        """Take no new snapshot, finish and hand over the one in hand, wait for its commit."""
+        started = anyio.current_time()
+        deadline = started + self.config.flush_timeout
+        if not self._handover.busy:
+            follow_scope.cancel()  # idle: waiting for the next snapshot
+        await client.aclose()  # the sources stop (bounded by the client's cleanup_timeout)
+        with self._stop.bounded(deadline):
+            await followed.wait()
+        if not followed.is_set():
+            follow_scope.cancel()  # out of time: the snapshot in hand is dropped
+            await followed.wait()  # (a publish or conversion thread cannot be abandoned)
+        serial = None if self.server.state is None else self.server.state.serial.value
+        if self.persister is None:
+            return without_persister(self.config.state, serial, self.persistence_disabled)
+        return await persist_last(
+            self._handover,
+            self.persister,
+            self._stop,
+            published_serial=serial,
+            offer=self._offer_now,
+            deadline=deadline,
+            flush_timeout=self.config.flush_timeout,
+            started=started,
+        )
 
     async def _recover(self, location: StateLocation, stack: AsyncExitStack) -> None:
         """Open the store (lock, schema), read and check it, seed the client, publish."""
@@ -309,7 +409,8 @@ class App:
         self.publisher.session_ids = ids
 
     async def _close_backend(self, backend: ThreadedBackend) -> None:
-        with anyio.CancelScope(shield=True):
+        # Idempotent: the orderly stop closes it before the listeners, the exit stack again.
+        with anyio.CancelScope(shield=True):  # bounded by the backend's close_timeout
             if not await backend.close():
                 log.warning("persistence worker thread still busy at close")
 
@@ -331,9 +432,16 @@ class App:
                 tg.start_soon(slurm.run, name="SLURM files")
                 await tg.start(self.server.serve)
                 task_status.started(self)
+                tg.start_soon(self._cancel_at_stop, tg.cancel_scope, name="stop")
                 await follower.run()
+            # A follower persists nothing.
+            self.shutdown = ShutdownReport(persisted=None, message="")
         finally:
             await self._close_backend(backend)
+
+    async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
+        await self._stop.wait()
+        scope.cancel()
 
 
 def log_publish(state: PublishedState, duration: float) -> None:

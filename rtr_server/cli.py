@@ -1,9 +1,11 @@
 """The ``rtr-serve`` command line: arguments to `AppConfig`, logging, signals, the event loop.
 
 Bad arguments exit with status 2 and one line saying what is wrong, before any file or network
-is touched. SIGTERM and SIGINT stop the server cleanly (v2 routers are told Cache Restart, or
-Cache Shutdown with ``--shutdown-notice shutdown``) and the process exits 0. SIGHUP reloads the
-``--config`` file (see `rtr_server.reload`).
+is touched. SIGTERM and SIGINT stop the server in order (`App.stop`): with ``--state`` the last
+published state is committed within ``--flush-timeout`` (a second signal stops that wait), then
+v2 routers are told Cache Restart (or Cache Shutdown with ``--shutdown-notice shutdown``); the
+process exits 0, or 1 when that state could not be persisted. SIGHUP reloads the ``--config``
+file (see `rtr_server.reload`).
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 import anyio
+from anyio.abc import TaskStatus
 
 from persistence.errors import PersistenceError
 from persistence.location import StateLocation, parse_state_location
 from rtr_server import __version__, gen_cert
 from rtr_server.access import Network, parse_network, parse_networks
-from rtr_server.app import AppConfig, run_app
+from rtr_server.app import App, AppConfig, run_app
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings, parse_http_address
 from rtr_server.logs import LOG_FORMATS, LOG_LEVELS, LogSettings, configure
@@ -37,6 +40,7 @@ from rtr_server.settings import (
     TlsFiles,
     parse_listen,
 )
+from rtr_server.shutdown import ShutdownReport
 from rtr_server.tls import make_server_context
 from upstream.slurm_files import load_slurm_files
 
@@ -63,8 +67,12 @@ All durations are in seconds. Every option may also be set in the [server] table
 file, by its long name with "_" for "-" (e.g. poll_interval = 30); the command line wins.
 
 signals:
-  SIGTERM, SIGINT  stop: close every router session (v2 routers are told Cache Restart, or
-                   Cache Shutdown with --shutdown-notice shutdown) and exit 0
+  SIGTERM, SIGINT  stop in order: take no new data from the sources; with --state, commit the
+                   last published state (waiting at most --flush-timeout seconds; routers are
+                   served meanwhile) and close the state file; then close every router session
+                   (v2 routers are told Cache Restart, or Cache Shutdown with --shutdown-notice
+                   shutdown). One log line says whether the state was persisted. A second
+                   SIGTERM or SIGINT stops waiting for the commit.
   SIGHUP           reload the --config file: sources and groups are applied at once (sources
                    unchanged keep their data), so are log_level and log_format; options that
                    cannot change while running (listen addresses, timers, limits, ...) are
@@ -80,9 +88,11 @@ logging:
   level, logger, msg and the event's fields (event, peer, serial, ...).
 
 exit status:
-  0  stopped by SIGTERM or SIGINT
+  0  stopped by SIGTERM or SIGINT (with --state: the last published state is persisted)
   1  cannot serve (e.g. a listen address is in use or needs privileges: port 323 needs
-     CAP_NET_BIND_SERVICE)
+     CAP_NET_BIND_SERVICE), or, with --state, stopped without the last published state
+     persisted (flush timeout, a second signal, a storage error): the file keeps its last
+     complete commit
   2  bad arguments or configuration file (one line on standard error says what is wrong)
 
 examples:
@@ -372,6 +382,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="serve another rtr-serve's SQLite state read-only instead of running sources "
         "(polls it every second; same data, own session and serials)",
     )
+    st.add_argument(
+        "--flush-timeout",
+        type=_positive_float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM/SIGINT wait at most S seconds for the last published state to be "
+        "committed; if it is not, the log says so and the exit status is 1 (default 30)",
+    )
     web = p.add_argument_group("HTTP API and metrics")
     web.add_argument(
         "--http",
@@ -470,6 +488,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         state_reader=args.state_reader,
         http=http,
         slurm=slurm,
+        flush_timeout=args.flush_timeout,
     )
 
 
@@ -639,20 +658,60 @@ def _persistence_error(exc: BaseException) -> PersistenceError | None:
 
 async def _serve(
     process: ProcessConfig, load: Callable[[], ProcessConfig] | None, origin: str
-) -> None:
+) -> ShutdownReport | None:
+    """Run the app with its reloader until a stop signal; how the stop ended (None: early)."""
     async with anyio.create_task_group() as tg:
-        tg.start_soon(_stop_on_signal, tg.cancel_scope)
+        stopper = _Stopper(tg.cancel_scope)
+        await tg.start(stopper.run, name="stop signals")
         with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
-            app = await tg.start(run_app, process.app)
-            await Reloader(app, process, load, origin=origin).serve(hangups)
+            stopper.app = await tg.start(_run_app, process.app, tg.cancel_scope)
+            with stopper.reloads:  # the first stop signal ends reloading
+                await Reloader(stopper.app, process, load, origin=origin).serve(hangups)
+            await anyio.sleep_forever()  # until the app has closed in order (it cancels tg)
+    return None if stopper.app is None else stopper.app.shutdown
 
 
-async def _stop_on_signal(scope: anyio.CancelScope) -> None:
-    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-        async for signum in signals:
-            log.info("received %s: shutting down", signal.Signals(signum).name)
-            scope.cancel()
-            return
+async def _run_app(
+    config: AppConfig, scope: anyio.CancelScope, *, task_status: TaskStatus[App]
+) -> None:
+    """`run_app`; once it returned (an orderly stop) or failed, the rest is cancelled."""
+    try:
+        await run_app(config, task_status=task_status)
+    finally:
+        scope.cancel()
+
+
+class _Stopper:
+    """SIGTERM/SIGINT: the first stops the app in order, a second stops the final wait.
+
+    A signal before the app runs (during recovery) cancels the start.
+    """
+
+    def __init__(self, scope: anyio.CancelScope) -> None:
+        self.scope = scope
+        self.reloads = anyio.CancelScope()
+        self.app: App | None = None
+
+    async def run(self, *, task_status: TaskStatus[None]) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+            task_status.started()
+            stopping = False
+            async for signum in signals:
+                name = signal.Signals(signum).name
+                if self.app is None:
+                    log.info("received %s: shutting down", name)
+                    self.scope.cancel()
+                    return
+                if not stopping:
+                    stopping = True
+                    log.info("received %s: shutting down", name)
+                    self.reloads.cancel()
+                    self.app.stop()
+                    continue
+                log.warning(
+                    "received %s again: no longer waiting for the state to be persisted", name
+                )
+                self.app.abort_stop(f"the wait was cut short by a second {name}")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -683,8 +742,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until the event loop listens for it, a SIGHUP (an early `systemctl reload`) would kill
     # the process: ignore it; `_serve` then handles every SIGHUP.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    report: ShutdownReport | None = None
     try:
-        anyio.run(_serve, process, load, str(args.config), backend=args.async_backend)
+        report = anyio.run(_serve, process, load, str(args.config), backend=args.async_backend)
     except KeyboardInterrupt:
         pass
     except OSError as exc:
@@ -695,6 +755,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if refusal is None:
             raise
         log.error("cannot use state %s: %s", config.state, refusal)
+        return 1
+    if report is not None and report.persisted is False:
+        log.info("rtr-serve stopped (exit status 1: the last published state is not persisted)")
         return 1
     log.info("rtr-serve stopped")
     return 0

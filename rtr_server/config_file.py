@@ -57,6 +57,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "async_backend": str,
     "state": str,
     "state_reader": str,
+    "flush_timeout": (int, float),
     "listen_tls": list,
     "tls_cert": str,
     "tls_key": str,
