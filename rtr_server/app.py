@@ -38,7 +38,7 @@ from rtr_server import __version__
 from rtr_server.follower import StateFollower
 from rtr_server.http.api import HttpApi
 from rtr_server.http.settings import HttpSettings
-from rtr_server.publish_log import PublishLog
+from rtr_server.publish_log import PublishLog, log_publish
 from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
 from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
@@ -196,18 +196,20 @@ class App:
         assert published is not None
         self._generation += 1
         ids = published.session_ids
+        keeper = self._client().keeper
         # The values are taken now; only the conversion of the payloads runs in the thread.
         state = await anyio.to_thread.run_sync(
             functools.partial(
                 build_state,
                 store_id=self.backend.store_id or "",
                 state_id=StateId(self._epoch, self._generation),
-                config_revision=self._client().config.revision,
+                config_revision=current.config_revision,
                 serial=published.serial.value,
                 session_ids=(ids.v0, ids.v1, ids.v2),
-                published_wall=self.clock.wall(),
+                published_wall=keeper.now(),
                 package_version=__version__,
                 inputs=current.inputs,
+                observed_wall=max(keeper.now(), current.evaluated_at),
             )
         )
         self.persister.offer(state)
@@ -321,6 +323,13 @@ class App:
         if not followed.is_set():
             follow_scope.cancel()  # out of time: the snapshot in hand is dropped
             await followed.wait()  # (a publish or conversion thread cannot be abandoned)
+        final = client.get_snapshot()
+        taken = self._handover.taken
+        if final is not None and (taken is None or final.generation > taken.generation):
+            # The client committed a decided withdrawal while it closed (no event is sent for
+            # it): necessary cleanup, published and handed over within the same deadline.
+            with self._stop.bounded(deadline, shield=True):
+                await self._take(final)
         serial = None if self.server.state is None else self.server.state.serial.value
         if self.persister is None:
             return without_persister(self.config.state, serial, self.persistence_disabled)
@@ -381,6 +390,9 @@ class App:
                 )
             )
             self.recovery = plan
+            if plan.trusted:
+                # A time the state shows was reached: the effective time never goes below it.
+                client.keeper.observe(header.written_at / 1e6)
             for note in plan.notes:
                 log.info("recovery from %s: %s", location, note)
             for name, recovered in plan.recovered.items():
@@ -442,45 +454,6 @@ class App:
     async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
         await self._stop.wait()
         scope.cancel()
-
-
-def log_publish(state: PublishedState, duration: float) -> None:
-    """The one line per publish (event ``publish``): serial, counts, delta, duration."""
-    counts = state.snapshot.counts()
-    text = ", ".join(f"{k}={v}" for k, v in counts.items())
-    ids = state.session_ids
-    fields: dict[str, object] = {
-        "event": "publish",
-        "serial": state.serial.value,
-        "session_ids": {"v0": ids.v0, "v1": ids.v1, "v2": ids.v2},
-        "counts": counts,
-        "duration_s": round(duration, 3),
-    }
-    if state.last_delta is None:
-        fields.update(delta=None, delta_size=None)
-        log.info(
-            "published serial %s (session ids v0/v1/v2 %d/%d/%d): %s (%.2f s)",
-            state.serial,
-            ids.v0,
-            ids.v1,
-            ids.v2,
-            text,
-            duration,
-            extra=fields,
-        )
-        return
-    delta = state.last_delta.counts()
-    size = sum(delta.values())
-    fields.update(delta=delta, delta_size=size)
-    log.info(
-        "published serial %s: %s; delta of %d changes: %s (%.2f s)",
-        state.serial,
-        text,
-        size,
-        ", ".join(f"{k}={v}" for k, v in delta.items() if v),
-        duration,
-        extra=fields,
-    )
 
 
 def make_clock(reference_time: float | None) -> Clock:

@@ -1,12 +1,15 @@
-"""`PublishLog`: a bounded ring of the most recent publishes (serial, time, counts, delta sizes)."""
+"""`PublishLog`: a bounded ring of the most recent publishes, and `log_publish`, their log line."""
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
 from snapshot.publisher import PublishedState
+
+log = logging.getLogger("rtr_server.app")  # the publish line keeps its logger name
 
 #: Publishes kept by default (the dashboard shows them; /status lists them).
 DEFAULT_KEEP = 32
@@ -61,3 +64,42 @@ class PublishLog:
 
     def __len__(self) -> int:
         return len(self._records)
+
+
+def log_publish(state: PublishedState, duration: float) -> None:
+    """The one line per publish (event ``publish``): serial, counts, delta, duration."""
+    counts = state.snapshot.counts()
+    text = ", ".join(f"{k}={v}" for k, v in counts.items())
+    ids = state.session_ids
+    fields: dict[str, object] = {
+        "event": "publish",
+        "serial": state.serial.value,
+        "session_ids": {"v0": ids.v0, "v1": ids.v1, "v2": ids.v2},
+        "counts": counts,
+        "duration_s": round(duration, 3),
+    }
+    if state.last_delta is None:
+        fields.update(delta=None, delta_size=None)
+        log.info(
+            "published serial %s (session ids v0/v1/v2 %d/%d/%d): %s (%.2f s)",
+            state.serial,
+            ids.v0,
+            ids.v1,
+            ids.v2,
+            text,
+            duration,
+            extra=fields,
+        )
+        return
+    delta = state.last_delta.counts()
+    size = sum(delta.values())
+    fields.update(delta=delta, delta_size=size)
+    log.info(
+        "published serial %s: %s; delta of %d changes: %s (%.2f s)",
+        state.serial,
+        text,
+        size,
+        ", ".join(f"{k}={v}" for k, v in delta.items() if v),
+        duration,
+        extra=fields,
+    )

@@ -87,8 +87,14 @@ def build_state(
     published_wall: float,
     package_version: str,
     inputs: Iterable[SourceInput],
+    observed_wall: float = 0.0,
 ) -> PersistedState:
-    """The complete state to commit after a publish."""
+    """The complete state to commit after a publish.
+
+    ``published_wall`` and ``observed_wall`` are effective times (the process's lower bound of
+    UTC, which never moves back): the commit's ``written_at`` is never earlier than either, so
+    a restart under a set-back wall clock cannot trust the file (issue 12, item 10).
+    """
     return PersistedState(
         store_id=store_id,
         state_id=state_id,
@@ -98,6 +104,7 @@ def build_state(
         published_at=seconds_to_us(published_wall),
         package_version=package_version,
         sources=tuple(to_record(s) for s in inputs),
+        observed_at=seconds_to_us(observed_wall),
     )
 
 
@@ -167,7 +174,14 @@ def plan_recovery(
         if valid.is_empty():
             plan.notes.append(f"source {record.name}: nothing left valid, not revived")
             continue
-        plan.recovered[record.name] = Recovered(payload, record.accepted_at / 1e6, written)
+        plan.recovered[record.name] = Recovered(
+            payload,
+            record.accepted_at / US_PER_SECOND,
+            written,
+            expires_at=None if record.expires_at >= NEVER else record.expires_at / US_PER_SECOND,
+            rtr_session=record.rtr_session,
+            rtr_serial=record.rtr_serial,
+        )
         counts = ", ".join(f"{k}={v}" for k, v in valid.counts().items() if v)
         plan.notes.append(f"source {record.name}: revived ({counts})")
         selected.append((payload, frozenset(PayloadKind(k) for k in record.selected)))

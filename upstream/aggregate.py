@@ -230,6 +230,7 @@ class Aggregator:
         self._built_key: object = None
         self._next_change = math.inf
         self._margin = 0.0
+        self._judged = -math.inf
         self._announced_wait = False
 
     # ------------------------------------------------------------------ configuration
@@ -440,7 +441,9 @@ class Aggregator:
             self._check_clock()
         now = keeper.now()
         mono = keeper.monotonic()
-        judged = now + self._margin
+        # Judged ahead by the margin, and never earlier than a published build was judged: an
+        # entry withdrawn early (by the margin) is never announced again.
+        judged = max(now + self._margin, self._judged)
         decision = self.selector.update(mono, self._views(now))
         if not self._closing:
             self._start_groups(decision.newly_started)
@@ -477,6 +480,7 @@ class Aggregator:
             self._changed.set()  # a withdrawal made it stale: build again at once
             return 0.0
         self._built_key = key
+        self._judged = judged
         self.builds += 1
         await self.on_snapshot(build)
         waits.append(max(0.0, self._next_change - self._margin - keeper.now()))

@@ -65,7 +65,7 @@ def check_source_url(url: str) -> None:
 
         parse_http_url(url)
     elif scheme == "rtr":
-        from upstream.rtr_source import parse_rtr_url
+        from upstream.rtr_address import parse_rtr_url
 
         parse_rtr_url(url)
     else:
