@@ -251,6 +251,18 @@ def free_port() -> int:
 @asynccontextmanager
 async def running_stayrtr(cache_file: Path, log_file: Path) -> AsyncIterator[int]:
     """StayRTR 0.5 (``-protocol 2``) serving ``cache_file`` on 127.0.0.1; yields the port."""
+    async with stayrtr_process(cache_file, log_file) as (port, _):
+        yield port
+
+
+@asynccontextmanager
+async def stayrtr_process(
+    cache_file: Path, log_file: Path, *, retry: int = 10
+) -> AsyncIterator[tuple[int, Process]]:
+    """StayRTR 0.5 serving ``cache_file`` (Retry interval ``retry`` s); yields port and process.
+
+    The test may kill the process; it is terminated (or killed) on the way out otherwise.
+    """
     binary = shutil.which(STAYRTR)
     if binary is None:
         raise AssertionError(
@@ -262,16 +274,18 @@ async def running_stayrtr(cache_file: Path, log_file: Path) -> AsyncIterator[int
         binary,
         *("-bind", f"127.0.0.1:{port}", "-cache", str(cache_file), "-checktime=false"),
         *("-metrics.addr", f"127.0.0.1:{metrics}", "-protocol", "2"),
-        *("-rtr.refresh", "30", "-rtr.retry", "10", "-rtr.expire", "600", "-loglevel", "info"),
+        *("-rtr.refresh", "30", "-rtr.retry", str(retry), "-rtr.expire", "600"),
+        *("-loglevel", "info"),
     ]
     with log_file.open("wb") as log:
         process: Process = await anyio.open_process(command, stdout=log, stderr=log)
         try:
             await _wait_listening(port, process, log_file)
-            yield port
+            yield port, process
         finally:
             with anyio.CancelScope(shield=True):
-                process.terminate()
+                if process.returncode is None:
+                    process.terminate()
                 with anyio.move_on_after(5):
                     await process.wait()
                 if process.returncode is None:

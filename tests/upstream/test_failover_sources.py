@@ -7,10 +7,12 @@ clocks. Each switch is timed, and `SWITCH_TIMES` collects them (printed with ``p
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -133,3 +135,51 @@ async def test_rtr_primary_http_backup_startup_failback_and_expiry(tmp_path: Pat
             assert TIMERS.retry + 1 < TIMERS.expire
             await client.aclose()
     print("\nfailover switch times:", {k: round(v, 3) for k, v in SWITCH_TIMES.items()})
+
+
+async def test_backup_takes_over_within_retry_when_a_real_stayrtr_primary_is_killed(
+    tmp_path: Path,
+) -> None:
+    """Issue 12, item 6, in real time: StayRTR 0.5 (Retry 10 s, Expire 600 s) is the primary,
+    an export file the backup. StayRTR is killed: its data keeps serving while the Retry
+    interval runs (it may come back), then the ready backup serves, within Retry plus a sync,
+    not after Expire."""
+    from tests.upstream.rtr_source_helpers import stayrtr_process
+    from tests.upstream.test_rtr_source import stayrtr_doc
+
+    doc = stayrtr_doc()
+    cache_file = tmp_path / "stayrtr.json"
+    cache_file.write_text(json.dumps(doc))
+    backup = tmp_path / "backup.json"
+    backup.write_bytes(export(B))
+    retry = 10
+    async with stayrtr_process(cache_file, tmp_path / "stayrtr.log", retry=retry) as (port, proc):
+        config = ClientConfig(
+            (
+                SourceConfig("stayrtr", f"rtr://127.0.0.1:{port}", "primary"),
+                SourceConfig("file", str(backup), "backup", poll_interval=0.1),
+            ),
+            (
+                GroupConfig("primary", 10, startup_timeout=5, failback_delay=300),
+                GroupConfig("backup", 20, startup_timeout=5, failback_delay=300),
+            ),
+        )
+        roas = cast(list[dict[str, Any]], doc["roas"])
+        primary_set = sorted((r["prefix"], r["maxLength"], r["asn"]) for r in roas)
+        async with Client(config) as client, anyio.create_task_group() as tg:
+            (rtr,) = [s for s in client.sources if isinstance(s, RtrSource)]
+            quick(rtr)
+            await tg.start(client.run)
+            await until(client, lambda: serving(client, "primary", primary_set), 20)
+            assert rtr.session.timers.retry == retry
+            killed = time.monotonic()
+            proc.kill()
+            await proc.wait()
+            await anyio.sleep(retry / 2)
+            assert serving(client, "primary", primary_set)  # within Retry: it stays
+            await until(client, lambda: serving(client, "backup", B), retry + 10)
+            took = time.monotonic() - killed
+            SWITCH_TIMES["StayRTR killed -> backup serving"] = took
+            assert retry * 0.9 <= took <= retry + 5, took
+            await client.aclose()
+    print("\nStayRTR failover:", {k: round(v, 3) for k, v in SWITCH_TIMES.items()})
