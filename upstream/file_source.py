@@ -23,11 +23,10 @@ from upstream.json_format import (
     DEFAULT_MAX_ASPA_PROVIDERS,
     FormatError,
     SourcePayload,
-    check_generated,
     decompress,
     parse_export,
 )
-from upstream.source import Delivery, DeliverySink, payload_identity
+from upstream.source import Delivery, DeliverySink, admit_export, payload_identity
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
 
@@ -189,39 +188,18 @@ class FileSource:
         if self._held is None:
             return False
         digest, _, delivery = self._held
-        payload = delivery.payload
-        keeper = self.keeper
-        reason = (
-            None  # offline evaluation at a fixed time: no clock to check against
-            if keeper.frozen
-            else check_generated(payload.generated, keeper.wall(), keeper.tolerance)
-        )
-        status = self.status
-        if reason is not None:
-            if status.last_error != reason:
-                log.error(
-                    "source %s: export %s held back: %s; the previous data stays in force",
-                    self.name,
-                    self.path,
-                    reason,
-                )
-            status.failed("time", reason, self.keeper.wall())
+        if not admit_export(
+            delivery,
+            keeper=self.keeper,
+            status=self.status,
+            where=str(self.path),
+            how=how,
+            sink=sink,
+            logger=log,
+        ):
             return False
         self._held = None
         self._digest = digest
-        status.state = SourceState.OK
-        status.attempted = True
-        status.syncs += 1
-        status.last_success_wall = self.clock.wall()
-        status.records = payload.counts()
-        log.info(
-            "source %s: loaded %s%s: %s",
-            self.name,
-            self.path,
-            how,
-            ", ".join(f"{k}={v}" for k, v in status.records.items()),
-        )
-        sink(delivery)
         return True
 
     def _environment_error(self, exc: OSError) -> None:

@@ -9,17 +9,17 @@ input (a new export, an RTR End of Data) or protocol withdrawal; an unchanged an
 from __future__ import annotations
 
 import hashlib
-import sys
-from array import array
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
 from snapshot.kinds import PayloadKind
-from upstream.json_format import SourcePayload
-from upstream.status import SourceStatus
+from upstream.json_format import SourcePayload, check_generated
+from upstream.status import SourceState, SourceStatus
+from upstream.timekeeper import TimeKeeper
 
-__all__ = ["Delivery", "DeliverySink", "Source", "payload_identity"]
+__all__ = ["Delivery", "DeliverySink", "Source", "admit_export", "payload_identity"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +92,6 @@ class Source(Protocol):
         ...
 
 
-def _big_endian(values: array[int]) -> bytes:
-    if sys.byteorder == "big":
-        return values.tobytes()
-    copy = array("q", values)
-    copy.byteswap()
-    return copy.tobytes()
-
-
 def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
     """The identity of an export's raw input.
 
@@ -113,7 +105,7 @@ def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
     for packed, expires in ((payload.v4, payload.v4_expires), (payload.v6, payload.v6_expires)):
         h.update(len(packed).to_bytes(8, "big"))
         h.update(packed)
-        h.update(_big_endian(expires))
+        h.update(expires.tobytes())  # native order: identities live in one process
     for key, key_expires in payload.router_keys:
         h.update(key.sort_key())
         h.update(len(key.spki).to_bytes(4, "big"))
@@ -125,3 +117,52 @@ def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
         h.update(b"".join(p.to_bytes(4, "big") for p in aspa.providers))
         h.update(aspa_expires.to_bytes(8, "big", signed=True))
     return h.digest()
+
+
+def admit_export(
+    delivery: Delivery,
+    *,
+    keeper: TimeKeeper,
+    status: SourceStatus,
+    where: str,
+    how: str,
+    sink: DeliverySink,
+    logger: logging.Logger,
+) -> bool:
+    """Deliver an export read from ``where``, unless its build time is ahead of the clock.
+
+    An export built later than the raw wall clock plus the tolerance is held back: ``status``
+    records a ``time`` error (logged once) and False is returned, so the caller keeps it and
+    tries again later without reading it anew. Offline evaluation (a frozen clock) has no clock
+    to check against. On delivery the status records the success (``how``: size and duration).
+    """
+    payload = delivery.payload
+    reason = (
+        None
+        if keeper.frozen
+        else check_generated(payload.generated, keeper.wall(), keeper.tolerance)
+    )
+    if reason is not None:
+        if status.last_error != reason:
+            logger.error(
+                "source %s: export from %s held back: %s; the previous data stays in force",
+                status.name,
+                where,
+                reason,
+            )
+        status.failed("time", reason, keeper.wall())
+        return False
+    status.state = SourceState.OK
+    status.attempted = True
+    status.syncs += 1
+    status.last_success_wall = keeper.wall()
+    status.records = payload.counts()
+    logger.info(
+        "source %s: loaded %s%s: %s",
+        status.name,
+        where,
+        how,
+        ", ".join(f"{k}={v}" for k, v in status.records.items()),
+    )
+    sink(delivery)
+    return True

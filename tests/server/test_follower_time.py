@@ -38,6 +38,7 @@ from snapshot.model import pack_v4
 from snapshot.snapshot import Snapshot
 from tests.server.helpers import RouterState, settings, wait_until
 from tests.server.rtr_client import TIMEOUT, RtrClient
+from tests.upstream.helpers import ManualClock
 
 pytestmark = pytest.mark.anyio
 
@@ -49,25 +50,6 @@ Y = ("198.51.100.0/24", 64497, None)
 Z = ("203.0.113.0/24", 64498, None)
 #: How soon a change of the follower's clock must be acted upon (the timer re-checks every 1 s).
 PROMPT = 2.5
-
-
-class ManualClock:
-    """Wall and monotonic clocks that move only when the test moves them."""
-
-    def __init__(self, wall: float) -> None:
-        self.wall_now = wall
-        self.mono_now = 1000.0
-
-    def wall(self) -> float:
-        return self.wall_now
-
-    def monotonic(self) -> float:
-        return self.mono_now
-
-    def advance(self, seconds: float) -> None:
-        """Time passes: both clocks move."""
-        self.wall_now += seconds
-        self.mono_now += seconds
 
 
 def record(*entries: tuple[str, int, int | None]) -> SourceRecord:

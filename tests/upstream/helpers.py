@@ -109,3 +109,22 @@ class FakeClock:
 
     def monotonic(self) -> float:
         return time.monotonic()
+
+
+class ManualClock:
+    """Wall and monotonic clocks that move only when the test moves them."""
+
+    def __init__(self, wall: float = 1_800_000_000.0) -> None:
+        self.wall_now = wall
+        self.mono_now = 1000.0
+
+    def wall(self) -> float:
+        return self.wall_now
+
+    def monotonic(self) -> float:
+        return self.mono_now
+
+    def advance(self, seconds: float) -> None:
+        """Time passes: both clocks move."""
+        self.wall_now += seconds
+        self.mono_now += seconds

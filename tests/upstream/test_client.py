@@ -17,6 +17,7 @@ from upstream.client import (
     ClientState,
     ResyncRequiredError,
     SnapshotEvent,
+    SnapshotExpiredError,
     StatusEvent,
     Watch,
 )
@@ -225,3 +226,35 @@ async def test_restart_with_the_same_file_never_extends_life(tmp_path: Path) -> 
             assert snap.snapshot.vrp_count == expected
             await client.aclose()
         clock.now += 200
+
+
+async def test_an_old_snapshot_refuses_each_kind_past_its_usable_until(tmp_path: Path) -> None:
+    """Each kind has its own usable-until time; a query about a kind past it raises
+    SnapshotExpiredError naming the kind, even if the client has not rebuilt yet (item 5)."""
+    from tests.upstream.helpers import FakeClock, dumps, roa
+
+    clock = FakeClock(1_800_000_000.0)
+    path = tmp_path / "a.json"
+    doc = {
+        "roas": [roa("192.0.2.0/24", 24, 64496, expires=1_800_000_100)],
+        "aspas": [{"customer_asid": 64500, "providers": [64501], "expires": 1_800_000_050}],
+    }
+    write_atomically(path, dumps(doc))
+    async with Client(config(path), clock=clock) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(5):
+            snap = await client.wait_ready()
+        assert snap.usable_until_by_kind[PayloadKind.VRP] == 1_800_000_100
+        assert snap.usable_until_by_kind[PayloadKind.ASPA] == 1_800_000_050
+        assert snap.usable_until_by_kind[PayloadKind.ROUTER_KEY] is None
+        assert snap.usable_until == 1_800_000_050
+        assert snap.check(PayloadKind.ASPA).aspas
+        clock.now += 60  # the ASPA is past its time, the VRP is not
+        assert snap.check(PayloadKind.VRP).vrp_count == 1
+        with pytest.raises(SnapshotExpiredError) as info:
+            snap.check(PayloadKind.ASPA)
+        assert info.value.kind is PayloadKind.ASPA
+        with pytest.raises(SnapshotExpiredError):
+            snap.view().hop_check(64500, 64501, now=clock.now)
+        assert snap.view().validate_origin("192.0.2.0/24", 64496, now=clock.now).state.value
+        await client.aclose()

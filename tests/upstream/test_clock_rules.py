@@ -12,7 +12,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
-from tests.upstream.helpers import export, touch, wait_for, write_atomically
+from tests.upstream.helpers import ManualClock, export, touch, wait_for, write_atomically
 from tests.upstream.scripted_source import ScriptedSource, payload
 from upstream.aggregate import Aggregator, Build
 from upstream.file_source import FileSource
@@ -23,25 +23,6 @@ pytestmark = pytest.mark.anyio
 W0 = 1_800_000_000.0
 X = ("192.0.2.0/24", 24, 64496)
 Y = ("198.51.100.0/24", 24, 64497)
-
-
-class ManualClock:
-    """Both clocks move only when the test says so."""
-
-    def __init__(self) -> None:
-        self.wall_now = W0
-        self.mono_now = 1000.0
-
-    def wall(self) -> float:
-        return self.wall_now
-
-    def monotonic(self) -> float:
-        return self.mono_now
-
-    def advance(self, seconds: float) -> None:
-        """Real time passes: both clocks move."""
-        self.wall_now += seconds
-        self.mono_now += seconds
 
 
 @asynccontextmanager

@@ -310,3 +310,28 @@ async def test_a_configuration_commit_keeps_the_selection_state(tmp_path: Path) 
         clock.offset += 101  # the 300 s count from the first healthy moment, not the commit
         await wait_for(functools.partial(active_is, client, "primary"))
         await client.aclose()
+
+
+async def test_close_commits_a_withdrawal_already_decided() -> None:
+    """A withdrawal decided just before close is built into the final view, and nothing an
+    ordinary source delivers after close began is admitted (item 9)."""
+    builds: list[Build] = []
+
+    async def on_snapshot(build: Build) -> None:
+        builds.append(build)
+
+    only = ScriptedSource("a", online=True)
+    group = Group(GroupSpec("only", 1, startup_timeout=0, failback_delay=0), (only,))
+    aggregator = Aggregator([], on_snapshot, groups=[group])
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(aggregator.run)
+            await wait_for(lambda: only.running)
+            only.deliver(payload(A))
+            await wait_for(lambda: bool(builds) and has(builds[-1].snapshot, A))
+            only.withdraw()
+            aggregator.close()  # no round ran in between: the withdrawal is not built yet
+            only.deliver(payload(B))  # after close began: not admitted
+            # run returns by itself once the last round is done (the task group then ends)
+    assert builds[-1].snapshot.is_empty()
+    assert aggregator.availability()["a"].value == "revoked"

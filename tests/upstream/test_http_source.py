@@ -682,3 +682,25 @@ async def test_parsing_runs_in_a_worker_thread(
         assert await source.check(Recorder())
     assert len(threads) == 1
     assert threads[0] != loop_thread
+
+
+async def test_an_export_built_ahead_of_the_wall_clock_is_held_back_then_admitted(
+    server: ScriptedServer,
+) -> None:
+    """Item 4 over HTTP: the body is read once; a 304 later admits it once the clock allows."""
+    etag = '"v1"'
+    body = b'{"metadata": {"generated": 1800000400}, "roas": []}'
+    server.script(Reply(200, body, {"ETag": etag}), Reply(304, headers={"ETag": etag}), Reply(304))
+    clock = FakeClock(1_800_000_000.0)
+    source = source_for(server.url(), clock=clock)
+    sink = Recorder()
+    with anyio.fail_after(5):
+        assert not await source.check(sink)
+        assert source.status.last_error_class == "time"
+        assert "beyond the clock tolerance of 300 s" in (source.status.last_error or "")
+        assert not source.refreshing()
+        assert not await source.check(sink)  # a 304, still ahead: held
+        clock.now += 101
+        assert await source.check(sink)  # a 304 now admits the body read before
+    assert len(sink.deliveries) == 1
+    assert source.status.state is SourceState.OK

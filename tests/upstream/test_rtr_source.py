@@ -54,7 +54,8 @@ from tests.upstream.rtr_source_helpers import (
     snapshot_of,
 )
 from upstream.json_format import NO_EXPIRY
-from upstream.rtr_source import RtrSource, parse_rtr_url, payload_of
+from upstream.rtr_address import parse_rtr_url
+from upstream.rtr_source import RtrSource, payload_of
 from upstream.status import SourceState
 
 pytestmark = pytest.mark.anyio
