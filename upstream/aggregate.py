@@ -172,9 +172,16 @@ def _build(
     return snapshot, until
 
 
-def _next_change(entries: Iterable[tuple[SourcePayload | None, float | None]], now: float) -> float:
-    """The first effective time after ``now`` at which any of ``entries`` changes by itself."""
+def _next_change(
+    entries: Iterable[tuple[SourcePayload | None, float | None]], now: float
+) -> tuple[float, dict[int, int | None]]:
+    """When any of ``entries`` next changes by itself after ``now``; each payload's last expiry.
+
+    The last record expiries are keyed by ``id(payload)``. Runs in a worker thread: both scan
+    every record.
+    """
     times: list[float] = []
+    last: dict[int, int | None] = {}
     for payload, deadline in entries:
         if payload is None:
             continue
@@ -183,7 +190,8 @@ def _next_change(entries: Iterable[tuple[SourcePayload | None, float | None]], n
         first = payload.next_expiry(now)
         if first is not None:
             times.append(first)
-    return min(times, default=math.inf)
+        last[id(payload)] = payload.last_expiry()
+    return min(times, default=math.inf), last
 
 
 class Aggregator:
@@ -512,7 +520,10 @@ class Aggregator:
         everything = [(e.payload, e.expires_at) for e in self.entries.values()]
         started = self.keeper.monotonic()
         snapshot, until = await anyio.to_thread.run_sync(_build, parts, policy, judged)
-        next_change = await anyio.to_thread.run_sync(_next_change, everything, judged)
+        next_change, last = await anyio.to_thread.run_sync(_next_change, everything, judged)
+        for entry in self.entries.values():
+            if entry.payload is not None and id(entry.payload) in last:
+                entry.learn(entry.payload, last[id(entry.payload)])
         took = self.keeper.monotonic() - started
         self._margin = JUDGE_FACTOR * took
         after = self.keeper.now()

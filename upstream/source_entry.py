@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from snapshot.kinds import PayloadKind
 from upstream.json_format import SourcePayload
 from upstream.source import Delivery, Source
 from upstream.timekeeper import Anchor, TimeKeeper
@@ -163,7 +162,13 @@ class SourceEntry:
     def _set_payload(self, payload: SourcePayload | None) -> None:
         if payload is not self.payload:
             self.payload = payload
-            self.last_record_expiry = None if payload is None else payload.last_expiry()
+            # Unknown until a build (in a worker thread) scans the payload: see `learn`.
+            self.last_record_expiry = None
+
+    def learn(self, payload: SourcePayload, last_record_expiry: float | None) -> None:
+        """Take a worker thread's scan of ``payload`` (ignored if the payload changed since)."""
+        if payload is self.payload:
+            self.last_record_expiry = last_record_expiry
 
     # ------------------------------------------------------------------ judgement
     def availability(self, now: float) -> Availability:
@@ -179,19 +184,3 @@ class SourceEntry:
         if self.last_record_expiry is not None and now >= self.last_record_expiry:
             return Availability.READY_EMPTY
         return Availability.READY
-
-    def next_change(self, now: float) -> float | None:
-        """The next effective time at which what this entry contributes changes by itself."""
-        if self.payload is None or self.untrusted or self.revoked:
-            return None
-        times = [self.expires_at, self.payload.next_expiry(now)]
-        future = [t for t in times if t is not None and t > now]
-        return min(future, default=None)
-
-    def usable_until(self, now: float, kind: PayloadKind) -> float | None:
-        """Until when this entry's ``kind`` data as judged at ``now`` stays exactly as it is."""
-        if self.payload is None:
-            return None
-        times = [self.expires_at, self.payload.next_expiry(now, kind)]
-        future = [t for t in times if t is not None]
-        return min(future, default=None)
