@@ -51,7 +51,6 @@ from rtr_server.shutdown import (
 )
 from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
-from upstream.aggregate import Source
 from upstream.client import (
     Client,
     ClientSnapshot,
@@ -63,6 +62,7 @@ from upstream.clock import Clock, FixedWallClock, SystemClock
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
 from upstream.slurm_files import SlurmFiles
+from upstream.source import Source
 
 log = logging.getLogger(__name__)
 

@@ -24,9 +24,10 @@ from persistence.state import (
 )
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import Snapshot
-from upstream.aggregate import Recovered, SourceInput, merge_and_apply
 from upstream.json_format import NO_EXPIRY, SourcePayload
+from upstream.merge import SourceInput, merge_and_apply
 from upstream.selection import PayloadKind
+from upstream.source_entry import Recovered
 
 
 def _us(expires: int) -> int:

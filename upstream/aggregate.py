@@ -33,12 +33,18 @@ import anyio
 from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.kinds import PayloadKind
-from snapshot.model import Aspa
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
-from snapshot.slurm_apply import apply_policy
-from snapshot.snapshot import Snapshot, SnapshotBuilder
 from upstream.clock import Clock, SystemClock
-from upstream.json_format import SourcePayload
+from upstream.merge import (
+    Build,
+    Chosen,
+    SourceInput,
+    build_snapshot,
+    merge_and_apply,
+    merge_at,
+    merge_by_kind,
+    next_change,
+)
 from upstream.selection import GroupSelector, GroupSpec, SourceView
 from upstream.source import Delivery, Source
 from upstream.source_entry import Availability, Recovered, SourceEntry
@@ -73,125 +79,11 @@ IMPLICIT_GROUP = GroupSpec("default", priority=0, startup_timeout=0.0, failback_
 
 
 @dataclass(frozen=True, slots=True)
-class SourceInput:
-    """One source's payload as used for a build, with what persistence needs to restore it."""
-
-    name: str
-    group: str
-    kind: str
-    location: str
-    capabilities: frozenset[PayloadKind]
-    #: The payload kinds for which this source's group is active.
-    selected: frozenset[PayloadKind]
-    payload: SourcePayload
-    #: Effective time the payload was first admitted (recovered: when it was first admitted).
-    accepted_wall: float
-    #: Effective time after which none of this payload is valid (an RTR source's Expire).
-    expires_wall: float | None = None
-    rtr_session: int | None = None
-    rtr_serial: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Build:
-    """One built snapshot with everything it was built from and until when it holds."""
-
-    snapshot: Snapshot
-    active: dict[PayloadKind, str | None]
-    #: Effective time after which a kind's data in ``snapshot`` is no longer exact (None: never).
-    usable_until: dict[PayloadKind, float | None]
-    inputs: tuple[SourceInput, ...]
-    #: The effective time the data was judged at.
-    evaluated_at: float
-
-
-@dataclass(frozen=True, slots=True)
 class Group:
     """A group spec with its sources."""
 
     spec: GroupSpec
     sources: tuple[Source, ...]
-
-
-Timed = tuple[SourcePayload, int]  # a payload and the time its entries are judged at
-
-
-def merge_at(payloads: Sequence[SourcePayload], now: int) -> Snapshot:
-    """The union of the entries of ``payloads`` that are valid at ``now``."""
-    timed = [(p, now) for p in payloads]
-    return merge_by_kind(dict.fromkeys(PayloadKind, timed))
-
-
-def merge_by_kind(payloads: dict[PayloadKind, list[Timed]]) -> Snapshot:
-    """One snapshot whose VRPs, ASPAs and router keys each come from their own payloads."""
-    merged: dict[PayloadKind, Snapshot] = {}
-    by_id: dict[tuple[tuple[int, int], ...], Snapshot] = {}
-    for kind in PayloadKind:
-        chosen = payloads.get(kind, [])
-        key = tuple((id(p), now) for p, now in chosen)
-        if key not in by_id:
-            snapshots = [p.snapshot_at(now) for p, now in chosen]
-            if len(snapshots) == 1:
-                by_id[key] = snapshots[0]
-            else:
-                builder = SnapshotBuilder()
-                for snap in snapshots:
-                    builder.update(snap)
-                by_id[key] = builder.build()
-        merged[kind] = by_id[key]
-    vrps = merged[PayloadKind.VRP]
-    aspas: tuple[Aspa, ...] = merged[PayloadKind.ASPA].aspas
-    return Snapshot(vrps.v4, vrps.v6, merged[PayloadKind.ROUTER_KEY].router_keys, aspas)
-
-
-def merge_and_apply(payloads: dict[PayloadKind, list[Timed]], policy: SlurmPolicy) -> Snapshot:
-    """`merge_by_kind`, then the SLURM ``policy`` (filters, then assertions)."""
-    return apply_policy(policy, merge_by_kind(payloads))
-
-
-#: What one kind is built from: (payload, source-wide deadline) per chosen source.
-_Chosen = dict[PayloadKind, list[tuple[SourcePayload, float | None]]]
-
-
-def _build(
-    chosen: _Chosen, policy: SlurmPolicy, judged: float
-) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
-    """The snapshot at ``judged`` and each kind's usable-until time (worker thread)."""
-    at = math.floor(judged)
-    snapshot = merge_and_apply({k: [(p, at) for p, _ in v] for k, v in chosen.items()}, policy)
-    until: dict[PayloadKind, float | None] = {}
-    for kind in PayloadKind:
-        times: list[float] = []
-        for payload, deadline in chosen.get(kind, []):
-            if deadline is not None:
-                times.append(deadline)
-            first = payload.next_expiry(at, kind)
-            if first is not None:
-                times.append(first)
-        until[kind] = min(times, default=None)
-    return snapshot, until
-
-
-def _next_change(
-    entries: Iterable[tuple[SourcePayload | None, float | None]], now: float
-) -> tuple[float, dict[int, int | None]]:
-    """When any of ``entries`` next changes by itself after ``now``; each payload's last expiry.
-
-    The last record expiries are keyed by ``id(payload)``. Runs in a worker thread: both scan
-    every record.
-    """
-    times: list[float] = []
-    last: dict[int, int | None] = {}
-    for payload, deadline in entries:
-        if payload is None:
-            continue
-        if deadline is not None and deadline > now:
-            times.append(deadline)
-        first = payload.next_expiry(now)
-        if first is not None:
-            times.append(first)
-        last[id(payload)] = payload.last_expiry()
-    return min(times, default=math.inf), last
 
 
 class Aggregator:
@@ -513,14 +405,14 @@ class Aggregator:
     ) -> Build | None:
         """Build in a worker thread; None when a decided withdrawal made the result stale."""
         versions = {id(e): (e, e.version) for es in chosen.values() for e in es}
-        parts: _Chosen = {
+        parts: Chosen = {
             kind: [(e.payload, e.expires_at) for e in es if e.payload is not None]
             for kind, es in chosen.items()
         }
         everything = [(e.payload, e.expires_at) for e in self.entries.values()]
         started = self.keeper.monotonic()
-        snapshot, until = await anyio.to_thread.run_sync(_build, parts, policy, judged)
-        next_change, last = await anyio.to_thread.run_sync(_next_change, everything, judged)
+        snapshot, until = await anyio.to_thread.run_sync(build_snapshot, parts, policy, judged)
+        upcoming, last = await anyio.to_thread.run_sync(next_change, everything, judged)
         for entry in self.entries.values():
             if entry.payload is not None and id(entry.payload) in last:
                 entry.learn(entry.payload, last[id(entry.payload)])
@@ -537,6 +429,6 @@ class Aggregator:
         if stale:
             log.info("build discarded: data in it expired while it ran (%.2f s)", took)
             return None
-        self._next_change = next_change
+        self._next_change = upcoming
         selected = dict(self.active)
         return Build(snapshot, selected, until, self.inputs(), judged)
