@@ -10,6 +10,7 @@ next one: an idle worker keeps no finished call's arguments, result or error ali
 from __future__ import annotations
 
 import contextlib
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -21,6 +22,7 @@ import anyio.lowlevel
 from anyio.lowlevel import EventLoopToken
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 class _Call:
@@ -107,6 +109,13 @@ class WorkerThread:
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
             call.error = exc
         if call.done is None:
+            if call.error is not None:  # nobody awaits a submitted call (close): say it here
+                log.error(
+                    "%s: %s failed: %s",
+                    threading.current_thread().name,
+                    getattr(call.fn, "__qualname__", "a call"),
+                    call.error,
+                )
             return
         with contextlib.suppress(RuntimeError):  # the event loop is gone: nobody waits
             anyio.from_thread.run_sync(call.done.set, token=call.token)

@@ -46,6 +46,7 @@ from rtr_server.shutdown import (
     Handover,
     ShutdownReport,
     StopRequest,
+    not_persisted,
     persist_last,
     without_persister,
 )
@@ -317,7 +318,8 @@ class App:
         deadline = started + self.config.flush_timeout
         if not self._handover.busy:
             follow_scope.cancel()  # idle: waiting for the next snapshot
-        await client.aclose()  # the sources stop (bounded by the client's cleanup_timeout)
+        with self._stop.bounded(deadline):
+            await client.aclose()  # the sources stop; a decided withdrawal is built first
         with self._stop.bounded(deadline):
             await followed.wait()
         if not followed.is_set():
@@ -333,7 +335,7 @@ class App:
         serial = None if self.server.state is None else self.server.state.serial.value
         if self.persister is None:
             return without_persister(self.config.state, serial, self.persistence_disabled)
-        return await persist_last(
+        report = await persist_last(
             self._handover,
             self.persister,
             self._stop,
@@ -343,6 +345,14 @@ class App:
             flush_timeout=self.config.flush_timeout,
             started=started,
         )
+        if not client.final_view_committed:
+            # Never report as persisted a state that lacks a withdrawal decided before the stop.
+            return not_persisted(
+                "the final state",
+                "a withdrawal decided at the stop was not built within the flush timeout",
+                self._handover.held(self.persister.persisted),
+            )
+        return report
 
     async def _recover(self, location: StateLocation, stack: AsyncExitStack) -> None:
         """Open the store (lock, schema), read and check it, seed the client, publish."""

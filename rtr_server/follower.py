@@ -243,6 +243,12 @@ class StateFollower:
         )
 
     # ------------------------------------------------------------------ reading
+    def _recovered_from_error(self) -> None:
+        """A successful read clears the error shown in the status (and says so once)."""
+        if self.status.last_error is not None:
+            log.info("state follower: reading %s again", self.backend.store_id)
+            self.status.last_error = None
+
     async def _look(self) -> bool:
         """Read the header (and the state when it moved); True if a new state was read."""
         try:
@@ -252,6 +258,7 @@ class StateFollower:
                 log.info("following state %s read-only", self.backend.store_id)
             header = await self.backend.read_header()
             if header is None or header.state_id == self.status.state_id:
+                self._recovered_from_error()
                 return False
             stored = await self.backend.read_state()
         except PersistenceError as exc:

@@ -123,6 +123,8 @@ class Aggregator:
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
         self._changed = anyio.Event()
+        #: Set once the last round after `close` is done (its build published, if any).
+        self.final_round = anyio.Event()
         self._tg: TaskGroup | None = None
         self._closing = False
         self._started: set[str] = set()
@@ -293,6 +295,7 @@ class Aggregator:
             closing = self._closing
             delay = await self._round()
             if closing and not self._changed.is_set():
+                self.final_round.set()  # decided withdrawals are in the last build
                 return
 
     def _check_clock(self) -> None:

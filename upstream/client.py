@@ -160,10 +160,13 @@ class Client:
                 self._finish_close()
 
     async def aclose(self) -> None:
-        """Stop everything; bounded by ``cleanup_timeout``. Safe to call more than once.
+        """Stop everything; safe to call more than once.
 
         The sources stop first; a withdrawal they already decided is built and becomes the
-        current snapshot (without events) before the tasks end.
+        current snapshot (without events) before the tasks end; that wait is not cut short by
+        ``cleanup_timeout`` (past it, ``cleanup_overdue`` is reported). The remaining tasks get
+        what is left of ``cleanup_timeout``; if they are still busy then (a parse in a worker
+        thread), the client stays CLOSING with ``cleanup_overdue`` set.
         """
         if self.state in (ClientState.CREATED, ClientState.OPEN):
             self._finish_close()
@@ -174,10 +177,23 @@ class Client:
             return
         self.state = ClientState.CLOSING
         assert self._done is not None
-        with anyio.move_on_after(self.config.cleanup_timeout) as waited:
-            self._aggregator.close()
-            if self._aggregator_done is not None:
-                await self._aggregator_done.wait()
+        started = anyio.current_time()
+        self._aggregator.close()
+        with anyio.move_on_after(self.config.cleanup_timeout) as first:
+            await self._aggregator.final_round.wait()
+        if first.cancelled_caught:
+            # A decided withdrawal is necessary cleanup: it is never dropped for being slow.
+            # Report the overdue close, stay CLOSING and keep waiting (a caller bounds the
+            # whole stop, e.g. rtr-serve's --flush-timeout, by cancelling this wait).
+            self.cleanup_overdue = True
+            log.warning(
+                "client close: the last build (a decided withdrawal) still runs after %.1f s; "
+                "waiting for it",
+                self.config.cleanup_timeout,
+            )
+            await self._aggregator.final_round.wait()
+        left = max(0.0, self.config.cleanup_timeout - (anyio.current_time() - started))
+        with anyio.move_on_after(left) as waited:
             if self._scope is not None:
                 self._scope.cancel()
             await self._done.wait()
@@ -199,6 +215,11 @@ class Client:
             watch.fail(ResyncRequiredError("the client closed"))
 
     # ------------------------------------------------------------------ queries
+    @property
+    def final_view_committed(self) -> bool:
+        """True once closing has built every withdrawal decided before it (see `aclose`)."""
+        return self._aggregator.final_round.is_set()
+
     @property
     def sources(self) -> tuple[Source, ...]:
         """The source objects of the configuration in force (for their ``status``)."""
@@ -315,6 +336,7 @@ class Client:
             try:
                 await aggregator.run(task_status=task_status)
             finally:
+                aggregator.final_round.set()  # nothing more is built
                 done.set()
 
         self._aggregator_done = done

@@ -16,10 +16,8 @@
 # data and resets the session on the monotonic clock. A query that gets no byte of answer
 # within ``response_timeout`` seconds ends the connection.
 #
-# Refreshing (for failover): the source can refresh while connected after an End of Data on
-# that connection, and for the cache's Retry interval after the connection is lost; never
-# before its first sync (after its first attempt). A distrusted source (`resync`) sends its
-# next query at once instead of at the end of its Refresh interval.
+# Refreshing (for failover): in sync on the current connection, or within the cache's Retry
+# interval of losing it; never before a first sync. `resync` sends the next query at once.
 #
 # Budgets for a hostile cache (issue 12). Each breach ends the connection as an error of its
 # class (one warning, shown in the status) and backs off as above; the data of the last End of
@@ -38,6 +36,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import random
@@ -389,7 +388,9 @@ class RtrSource:
             self._syncs += 1
             status.state = SourceState.OK
             status.syncs += 1
-            status.last_success_wall = self.clock.wall()
+            # The sync is marked in the shared effective time (never moving back), like its
+            # deadline and the payload's generation time below.
+            status.last_success_wall = self.keeper.now()
         payload = self._payload_of(snapshot)
         if not action.changed and self._live:
             log.debug("source %s: serial %s, no change", self.name, self.session.serial)
@@ -471,11 +472,12 @@ class RtrSource:
         self.status.attempted = True
         self.emitted += 1
         remaining = None if self._expire_at is None else self._expire_at - self.clock.monotonic()
+        synced_at = self.keeper.now()
         sink(
             Delivery(
-                payload,
+                dataclasses.replace(payload, generated=math.floor(synced_at)),
                 f"rtr:sync:{self._syncs}".encode(),
-                expires_at=None if remaining is None else self.keeper.now() + remaining,
+                expires_at=None if remaining is None else synced_at + remaining,
                 rtr_session=self.session.session_id,
                 rtr_serial=self.session.serial,
             )

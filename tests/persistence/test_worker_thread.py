@@ -105,3 +105,19 @@ async def test_a_call_whose_caller_was_cancelled_is_dropped_once_done() -> None:
     finally:
         release.set()
         assert await worker.stop(TIMEOUT)
+
+
+async def test_a_failing_submitted_call_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    """Nobody awaits a submitted call (the backend's close): its error is logged, not lost."""
+    worker = WorkerThread("test-worker")
+    await worker.run(int)  # the thread runs
+
+    def close_fails() -> None:
+        raise OSError("close failed: disk gone")
+
+    worker.submit(close_fails)
+    assert await worker.stop(TIMEOUT)
+    assert any(
+        "close failed: disk gone" in r.getMessage() and r.levelname == "ERROR"
+        for r in caplog.records
+    )

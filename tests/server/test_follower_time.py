@@ -427,6 +427,10 @@ async def test_a_read_failure_keeps_the_view_only_until_it_expires(tmp_path: Pat
             clock.advance(60)
             await run.wait_serving(set())  # all expired: withdrawn
             assert run.follower.status.last_error is not None
+            failing.failing = False  # the same header reads again: the error is cleared
+            await wait_until(
+                lambda: run.follower.status.last_error is None, what="the error cleared"
+            )
     finally:
         await failing.close()
 

@@ -258,3 +258,39 @@ async def test_an_old_snapshot_refuses_each_kind_past_its_usable_until(tmp_path:
             snap.view().hop_check(64500, 64501, now=clock.now)
         assert snap.view().validate_origin("192.0.2.0/24", 64496, now=clock.now).state.value
         await client.aclose()
+
+
+async def test_close_waits_for_a_build_in_progress_past_cleanup_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A change already admitted when the close begins is built into the final view even when
+    that takes longer than cleanup_timeout; the close reports itself overdue meanwhile."""
+    import time
+
+    from upstream import aggregate
+
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    client = Client(config(path, cleanup_timeout=0.3))
+    async with client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(5):
+            await client.wait_ready()
+        original = aggregate.build_snapshot
+        building = threading.Event()
+
+        def slow(*args: Any) -> Any:
+            building.set()
+            time.sleep(1.0)
+            return original(*args)
+
+        monkeypatch.setattr(aggregate, "build_snapshot", slow)
+        write_atomically(path, export(B))
+        await wait_for(building.is_set)
+        with anyio.fail_after(5):
+            await client.aclose()
+        assert client.final_view_committed
+        assert client.cleanup_overdue
+        current = client.get_snapshot()
+        assert current is not None
+        assert {str(v.prefix) for v in current.snapshot.vrps()} == {"198.51.100.0/24"}
