@@ -15,6 +15,7 @@ from upstream import file_source
 from upstream.client import (
     Client,
     ClientState,
+    Event,
     ResyncRequiredError,
     SnapshotEvent,
     SnapshotExpiredError,
@@ -37,6 +38,12 @@ def vrps(client: Client) -> int:
 
 def changed_or_failed(client: Client, events: Watch, generation: int) -> bool:
     return events.error is not None or client.generation >= generation
+
+
+async def receive_all(events: Watch, seen: list[Event]) -> None:
+    """Receive until the watch raises (its sticky error)."""
+    while True:
+        seen.append(await events.receive())
 
 
 def config(*paths: Path, revision: int = 0, **kw: Any) -> ClientConfig:
@@ -267,7 +274,7 @@ async def test_close_waits_for_a_build_in_progress_past_cleanup_timeout(
     that takes longer than cleanup_timeout; the close reports itself overdue meanwhile."""
     import time
 
-    from upstream import aggregate
+    from upstream import aggregate, merge
 
     path = tmp_path / "a.json"
     write_atomically(path, export(A))
@@ -276,7 +283,7 @@ async def test_close_waits_for_a_build_in_progress_past_cleanup_timeout(
         await tg.start(client.run)
         with anyio.fail_after(5):
             await client.wait_ready()
-        original = aggregate.build_snapshot
+        original = merge.build_snapshot
         building = threading.Event()
 
         def slow(*args: Any) -> Any:
@@ -294,3 +301,58 @@ async def test_close_waits_for_a_build_in_progress_past_cleanup_timeout(
         current = client.get_snapshot()
         assert current is not None
         assert {str(v.prefix) for v in current.snapshot.vrps()} == {"198.51.100.0/24"}
+
+
+async def test_a_wait_ready_timeout_stops_only_that_wait(tmp_path: Path) -> None:
+    """Contract L-30: the sources keep syncing after a timed-out wait_ready."""
+    path = tmp_path / "a.json"
+    async with Client(config(path)) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.move_on_after(0.3) as waited:
+            await client.wait_ready()
+        assert waited.cancelled_caught
+        write_atomically(path, export(A))
+        with anyio.fail_after(5):
+            snap = await client.wait_ready()
+        assert snap.snapshot.vrp_count == 1
+        await client.aclose()
+
+
+async def test_no_event_once_the_close_began(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Contract L-19: the final build made while closing is the current snapshot, but no
+    subscriber gets an event for it; the watch ends with ResyncRequiredError."""
+    import time
+
+    from upstream import aggregate, merge
+
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    client = Client(config(path))
+    async with client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(5):
+            await client.wait_ready()
+        original = merge.build_snapshot
+        building = threading.Event()
+
+        def slow(*args: Any) -> Any:
+            building.set()
+            time.sleep(0.5)
+            return original(*args)
+
+        with client.watch() as events:
+            await events.receive()  # the initial snapshot
+            monkeypatch.setattr(aggregate, "build_snapshot", slow)
+            write_atomically(path, export(B))
+            await wait_for(building.is_set)
+            await client.aclose()
+            current = client.get_snapshot()
+            assert current is not None
+            assert current.snapshot.vrp_count == 1
+            assert {str(v.prefix) for v in current.snapshot.vrps()} == {"198.51.100.0/24"}
+            seen: list[Event] = []
+            with pytest.raises(ResyncRequiredError, match="closed"):
+                await receive_all(events, seen)
+            assert not any(isinstance(e, SnapshotEvent) for e in seen), seen

@@ -203,3 +203,35 @@ async def test_an_export_built_in_the_future_is_held_back(tmp_path: Path) -> Non
         assert all(s.vrp_count == 1 for s in drained(snapshots))
         clock.advance(2)  # the wall clock catches up: admitted without re-reading the file
         await next_matching(snapshots, 2)
+
+
+async def test_the_same_build_time_with_other_bytes_keeps_anchor_and_distrust() -> None:
+    """Input with the build time of the data in force is the same raw input read again, even if
+    its bytes differ: it keeps the anchor and does not restore trust (contract L-48)."""
+    clock = ManualClock()
+    source = ScriptedSource("a", kind="http", online=True)
+    async with running(source, clock) as (aggregator, snapshots):
+        await wait_for(lambda: source.running)
+        same = b"json:generated:1800000000"
+        source.deliver(payload([X]), identity=same)
+        await next_matching(snapshots, 1)
+        clock.wall_now -= 3600
+        await next_matching(snapshots, 0, within=3)
+        source.deliver(payload([X, Y]), identity=same)  # other records, same build time
+        await anyio.sleep(1.5)
+        assert all(s.is_empty() for s in drained(snapshots))
+        assert aggregator.availability()["a"].value == "untrusted"
+
+
+async def test_an_unrecoverable_source_error_reaches_the_host_unchanged() -> None:
+    """An internal failure ends run and propagates (contract L-29), never a quiet log line."""
+
+    class Broken(ScriptedSource):
+        async def run(self, sink: object) -> None:
+            raise AssertionError("internal invariant broken")
+
+    clock = ManualClock()
+    with pytest.raises(BaseExceptionGroup) as info:
+        async with running(Broken("a"), clock):
+            await anyio.sleep(5)
+    assert info.group_contains(AssertionError, match="internal invariant broken")

@@ -335,3 +335,19 @@ async def test_close_commits_a_withdrawal_already_decided() -> None:
             # run returns by itself once the last round is done (the task group then ends)
     assert builds[-1].snapshot.is_empty()
     assert aggregator.availability()["a"].value == "revoked"
+
+
+async def test_a_ready_backup_with_an_empty_export_takes_over() -> None:
+    """Empty but complete data is ready (contract L-63): an empty standby takes over from a
+    primary that can no longer refresh."""
+    primary, backup = ScriptedSource("a", online=True), ScriptedSource("b")
+    async with running(two_groups(primary, backup)) as run:
+        await wait_for(lambda: primary.running)
+        primary.deliver(payload(A))
+        await run.until(lambda s: has(s, A))
+        primary.fail()
+        run.aggregator.poke()
+        await wait_for(lambda: backup.running)
+        backup.deliver(payload([]))
+        await run.until(lambda s: s.is_empty())
+        assert run.aggregator.active[PayloadKind.VRP] == "backup"

@@ -203,3 +203,20 @@ def test_the_first_choice_waits_for_a_primary_still_starting() -> None:
     assert d.active == {VRP: None, KEY: None, ASPA: "backup"}
     d = sel.update(0.2, [src("primary", True, V1), src("backup", True)])
     assert d.active == {VRP: "primary", KEY: "primary", ASPA: "backup"}
+
+
+def test_a_new_startup_timeout_leaves_a_running_window_alone() -> None:
+    """Changing startup_timeout applies to windows that start later (contract L-59)."""
+    sel = groups()
+    d = sel.update(0.0, [src("primary", False)])
+    assert d.next_wake == 30.0
+    sel.reconfigure(
+        [
+            GroupSpec("primary", priority=10, startup_timeout=5, failback_delay=300),
+            GroupSpec("backup", priority=20, startup_timeout=30, failback_delay=300),
+        ]
+    )
+    d = sel.update(10.0, [src("primary", False)])
+    assert names(d) == ()
+    assert d.next_wake == 30.0
+    assert names(sel.update(30.0, [src("primary", False)])) == ("backup",)
