@@ -25,13 +25,17 @@ from upstream.source import Delivery
 
 
 class OffsetClock:
-    """Real time, except that the test can move monotonic time forward (to pass Expire)."""
+    """Real time, except that the test can let time pass at once (to pass Expire).
+
+    Both clocks move together: a monotonic clock running ahead of the wall clock would be a
+    wall clock set back, which distrusts online sources.
+    """
 
     def __init__(self) -> None:
         self.offset = 0.0
 
     def wall(self) -> float:
-        return time.time()
+        return time.time() + self.offset
 
     def monotonic(self) -> float:
         return time.monotonic() + self.offset

@@ -356,3 +356,37 @@ async def test_no_event_once_the_close_began(
             with pytest.raises(ResyncRequiredError, match="closed"):
                 await receive_all(events, seen)
             assert not any(isinstance(e, SnapshotEvent) for e in seen), seen
+
+
+async def test_the_time_floor_survives_commits_and_a_re_added_source(tmp_path: Path) -> None:
+    """Contract L-50: neither a configuration commit nor removing a source and adding it back
+    under its name undoes consumed life: X, expired in effective time, stays withdrawn."""
+    from tests.upstream.helpers import ManualClock
+
+    w0 = 1_800_000_000
+    clock = ManualClock(float(w0))
+    a, b = tmp_path / "a.json", tmp_path / "b.json"
+    write_atomically(a, export(A, expires=w0 + 100))
+    write_atomically(b, export(B))
+
+    def has_a(client: Client) -> bool | None:
+        snap = client.get_snapshot()
+        return (
+            None
+            if snap is None
+            else any(str(v.prefix) == "192.0.2.0/24" for v in snap.snapshot.vrps())
+        )
+
+    async with Client(config(a, b), clock=clock) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        await wait_for(lambda: has_a(client) is True)
+        clock.wall_now -= 3600  # set back ...
+        clock.mono_now += 200  # ... while 200 s pass: A's entry expired in effective time
+        await wait_for(lambda: has_a(client) is False)
+        await client.apply_config(config(b, revision=1))
+        await client.apply_config(config(a, b, revision=2))  # "a" again, a new incarnation
+        await wait_for(lambda: (s := client.get_snapshot()) is not None and s.config_revision == 2)
+        await anyio.sleep(0.5)
+        assert has_a(client) is False
+        assert client.keeper.now() >= w0 + 200
+        await client.aclose()

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import pytest
 
 from rtr_server.app import AppConfig
@@ -519,3 +520,34 @@ async def test_real_table_through_an_rtr_chain(tmp_path: Path, anyio_backend: st
         f"propagation core publish -> edge publish {propagation:.3f} s "
         f"(delta +{changes['vrp_announce']}/-{changes['vrp_withdraw']} VRPs)"
     )
+
+
+async def test_a_reconnect_without_end_of_data_does_not_count_as_refreshing(
+    tmp_path: Path,
+) -> None:
+    """Contract L-66: a source that reconnects but gets no End of Data has not recovered: once
+    the cache's Retry interval after the loss has passed it can no longer refresh."""
+    path = tmp_path / "core.json"
+    write_export(path, base_export())
+    clock = OffsetClock()
+
+    async def silent(stream: anyio.abc.SocketStream) -> None:
+        async with stream:
+            await anyio.sleep_forever()  # accepts, never answers
+
+    async with running_core(app_config(path)) as core, running_edge(core.port, clock=clock) as edge:
+        source = rtr_source_of(edge)
+        assert source.refreshing()
+        port = core.port
+        await core.kill()
+        await wait_until(lambda: not source.connected, what="the edge to notice")
+        assert source.refreshing()  # within Retry of the loss: it may come back
+        listener = await anyio.create_tcp_listener(local_host="127.0.0.1", local_port=port)
+        async with listener, anyio.create_task_group() as tg:
+            tg.start_soon(listener.serve, silent)
+            before = source.connections
+            await wait_until(lambda: source.connections > before, what="a reconnect")
+            assert source.connected
+            clock.advance(TIMERS.retry + 1)
+            assert not source.refreshing()  # connected, but no End of Data since the loss
+            tg.cancel_scope.cancel()
