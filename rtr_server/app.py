@@ -112,6 +112,10 @@ class AppConfig:
             raise ValueError("give --source or configured [[sources]], not both")
         if self.history < 0:
             raise ValueError("history must not be negative")
+        if self.reference_time is not None and self.state is not None:
+            # Offline evaluation at a fixed time must never become state an online start (or a
+            # reader) trusts as online data: the stored times would be the reference time's.
+            raise ValueError("--reference-time evaluates offline; it cannot be used with --state")
         self.client_config()  # every source and group check, before any I/O
 
     def client_config(self) -> ClientConfig:

@@ -52,6 +52,11 @@ BAD_ARGUMENTS = {
     "state-no-path": (["--state", "sqlite:"], "sqlite:PATH"),
     "state-reader-duckdb": (["--state-reader", "duckdb:/tmp/x"], "state-reader"),
     "state-reader-with-source": (["--state-reader", "sqlite:/tmp/x"], "no sources"),
+    # Offline evaluation never becomes state an online start would trust (contract P-70).
+    "reference-time-with-state": (
+        ["--reference-time", "2025-07-20T09:31:33Z", "--state", "sqlite:/tmp/x"],
+        "cannot be used with --state",
+    ),
 }
 
 
