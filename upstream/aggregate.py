@@ -45,7 +45,7 @@ from upstream.merge import (
     merge_by_kind,
     next_change,
 )
-from upstream.selection import GroupSelector, GroupSpec, SourceView
+from upstream.selection import Decision, GroupSelector, GroupSpec, SourceView
 from upstream.source import Delivery, Source
 from upstream.source_entry import Availability, Recovered, SourceEntry
 from upstream.timekeeper import TimeKeeper
@@ -123,6 +123,8 @@ class Aggregator:
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
         self._changed = anyio.Event()
+        self._select_wake = anyio.Event()
+        self._building = False
         #: Set once the last round after `close` is done (its build published, if any).
         self.final_round = anyio.Event()
         self._tg: TaskGroup | None = None
@@ -231,6 +233,7 @@ class Aggregator:
     def poke(self) -> None:
         """Re-evaluate now (e.g. after a test moved the clock, or a source changed state)."""
         self._changed.set()
+        self._select_wake.set()
 
     # ------------------------------------------------------------------ running
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -238,6 +241,7 @@ class Aggregator:
         async with anyio.create_task_group() as tg:
             self._tg = tg
             try:
+                tg.start_soon(self._schedule, name="group selection")
                 task_status.started()
                 await self._loop()
             finally:
@@ -264,7 +268,7 @@ class Aggregator:
             log.info("source %s: delivery after close began is not admitted", entry.name)
             return
         if entry.accept(delivery, self.keeper):
-            self._changed.set()
+            self.poke()
 
     def _start_groups(self, started: Iterable[tuple[str, str]]) -> None:
         assert self._tg is not None
@@ -337,16 +341,16 @@ class Aggregator:
             if e.group in self._started
         )
 
-    async def _round(self) -> float:
-        """One selection (and, when needed, build) round; returns how long to wait then."""
+    def _select(self) -> tuple[Decision, list[float]]:
+        """Selection (clock check, readiness, group starts, active groups); no await.
+
+        Returns the decision and the waits after which to look again.
+        """
         keeper = self.keeper
         if not self._closing:
             self._check_clock()
         now = keeper.now()
         mono = keeper.monotonic()
-        # Judged ahead by the margin, and never earlier than a published build was judged: an
-        # entry withdrawn early (by the margin) is never announced again.
-        judged = max(now + self._margin, self._judged)
         decision = self.selector.update(mono, self._views(now))
         if not self._closing:
             self._start_groups(decision.newly_started)
@@ -360,6 +364,31 @@ class Aggregator:
             waits.append(READY_POLL)
         if decision.next_wake is not None:
             waits.append(max(0.0, decision.next_wake - mono))
+        return decision, waits
+
+    async def _schedule(self) -> None:
+        """While a build runs, keep selecting: a long build never delays a group start.
+
+        The builder selects itself between builds; this light task covers the time a build
+        takes (it only reads states and starts tasks, and never builds or publishes).
+        """
+        while True:
+            delay = READY_POLL
+            if self._building:
+                _, waits = self._select()
+                delay = min([READY_POLL, *waits])
+            with anyio.move_on_after(delay):
+                await self._select_wake.wait()
+            self._select_wake = anyio.Event()
+
+    async def _round(self) -> float:
+        """One selection and, when needed, build round; returns how long to wait then."""
+        keeper = self.keeper
+        decision, waits = self._select()
+        now = keeper.now()
+        # Judged ahead by the margin, and never earlier than a published build was judged: an
+        # entry withdrawn early (by the margin) is never announced again.
+        judged = max(now + self._margin, self._judged)
         if self.builds == 0 and all(group is None for group in decision.active.values()):
             # Nothing was ever published: routers keep getting No Data Available. (Once
             # something was, losing every group publishes the empty set: data is withdrawn.)
@@ -378,7 +407,11 @@ class Aggregator:
         if key == self._built_key and judged < self._next_change:
             waits.append(max(0.0, self._next_change - judged))
             return min(waits)
-        build = await self._build(chosen, policy, judged)
+        self._building = True
+        try:
+            build = await self._build(chosen, policy, judged)
+        finally:
+            self._building = False
         if build is None:
             self._changed.set()  # a withdrawal made it stale: build again at once
             return 0.0

@@ -351,3 +351,34 @@ async def test_a_ready_backup_with_an_empty_export_takes_over() -> None:
         backup.deliver(payload([]))
         await run.until(lambda s: s.is_empty())
         assert run.aggregator.active[PayloadKind.VRP] == "backup"
+
+
+async def test_a_long_build_does_not_delay_a_group_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Contract L-62: selection runs beside the build, so the backup starts while a slow build
+    (a worker thread) is still running."""
+    import threading
+
+    from upstream import aggregate, merge
+
+    original = merge.build_snapshot
+    building, release = threading.Event(), threading.Event()
+
+    def slow(*args: object) -> object:
+        building.set()
+        release.wait(10)
+        return original(*args)  # type: ignore[arg-type]
+
+    primary, backup = ScriptedSource("a", online=True), ScriptedSource("b")
+    async with running(two_groups(primary, backup)) as run:
+        await wait_for(lambda: primary.running)
+        monkeypatch.setattr(aggregate, "build_snapshot", slow)
+        try:
+            primary.deliver(payload(A))
+            await wait_for(building.is_set)
+            primary.fail()
+            run.aggregator.poke()
+            await wait_for(lambda: backup.running, 2)  # the build is still running
+            assert not release.is_set()
+        finally:
+            release.set()
+        await run.until(lambda s: has(s, A))
