@@ -551,3 +551,32 @@ async def test_a_reconnect_without_end_of_data_does_not_count_as_refreshing(
             clock.advance(TIMERS.retry + 1)
             assert not source.refreshing()  # connected, but no End of Data since the loss
             tg.cancel_scope.cancel()
+
+
+async def test_a_sync_is_stamped_in_the_shared_effective_time() -> None:
+    """Contract L-44: an End of Data marks its generation time and its deadline (End of Data +
+    Expire) with the shared effective time, which a set-back wall clock does not pull back."""
+    from upstream.timekeeper import TimeKeeper
+
+    async def cache(conn: CacheConnection) -> None:
+        assert await conn.receive() == ResetQuery(2)
+        await conn.send(reply(2, VRP_A))
+        assert await conn.receive() is None
+
+    clock = OffsetClock()
+    keeper = TimeKeeper(clock)
+    ahead = time.time() + 5000
+    keeper.observe(ahead)  # e.g. a recovered state written under a clock since set back
+    async with ScriptedCache([cache]).serving() as server:
+        source = quick(RtrSource(f"rtr://127.0.0.1:{server.port}", name="c", clock=keeper))
+        async with running_source(source) as sink:
+            await wait_until(lambda: bool(sink.deliveries), what="the sync")
+    (delivery,) = sink.deliveries
+    generated = delivery.payload.generated
+    assert generated is not None
+    assert generated >= int(ahead)
+    assert delivery.expires_at is not None
+    assert abs(delivery.expires_at - (ahead + TIMERS.expire)) < 5
+    assert source.status.last_success_wall is not None
+    assert source.status.last_success_wall >= ahead
+    assert (delivery.rtr_session, delivery.rtr_serial) == (SID, 1)
