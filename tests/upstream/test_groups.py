@@ -382,3 +382,45 @@ async def test_a_long_build_does_not_delay_a_group_start(monkeypatch: pytest.Mon
         finally:
             release.set()
         await run.until(lambda s: has(s, A))
+
+
+async def test_a_build_made_stale_by_a_withdrawal_is_never_published(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A withdrawal decided while a build of the withdrawn data runs makes that build stale:
+    it is discarded, never published, and the next build leaves the data out (contract L-49)."""
+    import threading
+
+    from upstream import aggregate, merge
+
+    original = merge.build_snapshot
+    building, release = threading.Event(), threading.Event()
+
+    def slow(*args: object) -> object:
+        building.set()
+        release.wait(10)
+        return original(*args)  # type: ignore[arg-type]
+
+    builds: list[Build] = []
+
+    async def on_snapshot(build: Build) -> None:
+        builds.append(build)
+
+    only = ScriptedSource("a", online=True)
+    group = Group(GroupSpec("only", 1, startup_timeout=0, failback_delay=0), (only,))
+    aggregator = Aggregator([], on_snapshot, groups=[group])
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            await tg.start(aggregator.run)
+            await wait_for(lambda: only.running)
+            only.deliver(payload(B))
+            await wait_for(lambda: bool(builds))
+            monkeypatch.setattr(aggregate, "build_snapshot", slow)
+            only.deliver(payload(A))
+            await wait_for(building.is_set)
+            only.withdraw()  # decided while the build of A runs
+            release.set()
+            await wait_for(lambda: builds[-1].snapshot.is_empty())
+            await anyio.sleep(0.3)
+            tg.cancel_scope.cancel()
+    assert not any(has(b.snapshot, A) for b in builds)  # the stale build never went out
