@@ -7,24 +7,13 @@ from array import array
 from persistence.state import NEVER, PersistedState, SourceRecord, StateHeader, StateId
 from rtr_server.recovery import SourceIdentity, plan_recovery
 from snapshot.model import pack_v4
+from tests.upstream.helpers import ManualClock
 from tests.upstream.scripted_source import ScriptedSource
 from upstream.source_entry import SourceEntry
 from upstream.timekeeper import TimeKeeper
 
 W = 1_800_000_000
 US = 1_000_000
-
-
-class Clock:
-    def __init__(self, wall: float) -> None:
-        self.wall_now = wall
-        self.mono_now = 100.0
-
-    def wall(self) -> float:
-        return self.wall_now
-
-    def monotonic(self) -> float:
-        return self.mono_now
 
 
 def rtr_state(expires_at: int) -> tuple[StateHeader, PersistedState]:
@@ -63,7 +52,7 @@ def test_an_rtr_source_keeps_its_deadline_and_session_across_a_restart() -> None
     assert plan.snapshot is not None
     assert plan.snapshot.vrp_count == 1
 
-    clock = Clock(W + 10)
+    clock = ManualClock(W + 10)
     keeper = TimeKeeper(clock)
     entry = SourceEntry(ScriptedSource("cache", kind="rtr", online=True), "default")
     entry.seed(recovered, keeper)

@@ -6,13 +6,16 @@ import base64
 import itertools
 import json
 import os
+import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 
 from snapshot.model import RouterKey, Vrp
 
@@ -128,3 +131,29 @@ class ManualClock:
         """Time passes: both clocks move."""
         self.wall_now += seconds
         self.mono_now += seconds
+
+
+@contextmanager
+def slow_builds(
+    monkeypatch: pytest.MonkeyPatch, hold: float = 10.0
+) -> Iterator[tuple[threading.Event, threading.Event]]:
+    """Make the aggregator's builds wait in their worker thread: yields (building, release).
+
+    ``building`` is set once a build waits; it goes on when ``release`` is set, or after
+    ``hold`` seconds.
+    """
+    from upstream import aggregate, merge
+
+    original = merge.build_snapshot
+    building, release = threading.Event(), threading.Event()
+
+    def slow(*args: Any) -> Any:
+        building.set()
+        release.wait(hold)
+        return original(*args)
+
+    monkeypatch.setattr(aggregate, "build_snapshot", slow)
+    try:
+        yield building, release
+    finally:
+        release.set()

@@ -10,7 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
-from tests.upstream.helpers import export, wait_for, write_atomically
+from tests.upstream.helpers import export, slow_builds, wait_for, write_atomically
 from upstream import file_source
 from upstream.client import (
     Client,
@@ -272,10 +272,6 @@ async def test_close_waits_for_a_build_in_progress_past_cleanup_timeout(
 ) -> None:
     """A change already admitted when the close begins is built into the final view even when
     that takes longer than cleanup_timeout; the close reports itself overdue meanwhile."""
-    import time
-
-    from upstream import aggregate, merge
-
     path = tmp_path / "a.json"
     write_atomically(path, export(A))
     client = Client(config(path, cleanup_timeout=0.3))
@@ -283,19 +279,11 @@ async def test_close_waits_for_a_build_in_progress_past_cleanup_timeout(
         await tg.start(client.run)
         with anyio.fail_after(5):
             await client.wait_ready()
-        original = merge.build_snapshot
-        building = threading.Event()
-
-        def slow(*args: Any) -> Any:
-            building.set()
-            time.sleep(1.0)
-            return original(*args)
-
-        monkeypatch.setattr(aggregate, "build_snapshot", slow)
-        write_atomically(path, export(B))
-        await wait_for(building.is_set)
-        with anyio.fail_after(5):
-            await client.aclose()
+        with slow_builds(monkeypatch, hold=1.0) as (building, _):
+            write_atomically(path, export(B))
+            await wait_for(building.is_set)
+            with anyio.fail_after(5):
+                await client.aclose()
         assert client.final_view_committed
         assert client.cleanup_overdue
         current = client.get_snapshot()
@@ -323,10 +311,6 @@ async def test_no_event_once_the_close_began(
 ) -> None:
     """Contract L-19: the final build made while closing is the current snapshot, but no
     subscriber gets an event for it; the watch ends with ResyncRequiredError."""
-    import time
-
-    from upstream import aggregate, merge
-
     path = tmp_path / "a.json"
     write_atomically(path, export(A))
     client = Client(config(path))
@@ -334,17 +318,8 @@ async def test_no_event_once_the_close_began(
         await tg.start(client.run)
         with anyio.fail_after(5):
             await client.wait_ready()
-        original = merge.build_snapshot
-        building = threading.Event()
-
-        def slow(*args: Any) -> Any:
-            building.set()
-            time.sleep(0.5)
-            return original(*args)
-
-        with client.watch() as events:
+        with client.watch() as events, slow_builds(monkeypatch, hold=0.5) as (building, _):
             await events.receive()  # the initial snapshot
-            monkeypatch.setattr(aggregate, "build_snapshot", slow)
             write_atomically(path, export(B))
             await wait_for(building.is_set)
             await client.aclose()

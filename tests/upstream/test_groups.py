@@ -19,7 +19,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
-from tests.upstream.helpers import dumps, export, roa, wait_for, write_atomically
+from tests.upstream.helpers import dumps, export, roa, slow_builds, wait_for, write_atomically
 from tests.upstream.scripted_source import ScriptedSource, payload
 from upstream.aggregate import Aggregator, Build, Group
 from upstream.client import Client
@@ -356,31 +356,16 @@ async def test_a_ready_backup_with_an_empty_export_takes_over() -> None:
 async def test_a_long_build_does_not_delay_a_group_start(monkeypatch: pytest.MonkeyPatch) -> None:
     """Contract L-62: selection runs beside the build, so the backup starts while a slow build
     (a worker thread) is still running."""
-    import threading
-
-    from upstream import aggregate, merge
-
-    original = merge.build_snapshot
-    building, release = threading.Event(), threading.Event()
-
-    def slow(*args: object) -> object:
-        building.set()
-        release.wait(10)
-        return original(*args)  # type: ignore[arg-type]
-
     primary, backup = ScriptedSource("a", online=True), ScriptedSource("b")
     async with running(two_groups(primary, backup)) as run:
         await wait_for(lambda: primary.running)
-        monkeypatch.setattr(aggregate, "build_snapshot", slow)
-        try:
+        with slow_builds(monkeypatch) as (building, release):
             primary.deliver(payload(A))
             await wait_for(building.is_set)
             primary.fail()
             run.aggregator.poke()
             await wait_for(lambda: backup.running, 2)  # the build is still running
             assert not release.is_set()
-        finally:
-            release.set()
         await run.until(lambda s: has(s, A))
 
 
@@ -389,18 +374,6 @@ async def test_a_build_made_stale_by_a_withdrawal_is_never_published(
 ) -> None:
     """A withdrawal decided while a build of the withdrawn data runs makes that build stale:
     it is discarded, never published, and the next build leaves the data out (contract L-49)."""
-    import threading
-
-    from upstream import aggregate, merge
-
-    original = merge.build_snapshot
-    building, release = threading.Event(), threading.Event()
-
-    def slow(*args: object) -> object:
-        building.set()
-        release.wait(10)
-        return original(*args)  # type: ignore[arg-type]
-
     builds: list[Build] = []
 
     async def on_snapshot(build: Build) -> None:
@@ -415,12 +388,12 @@ async def test_a_build_made_stale_by_a_withdrawal_is_never_published(
             await wait_for(lambda: only.running)
             only.deliver(payload(B))
             await wait_for(lambda: bool(builds))
-            monkeypatch.setattr(aggregate, "build_snapshot", slow)
-            only.deliver(payload(A))
-            await wait_for(building.is_set)
-            only.withdraw()  # decided while the build of A runs
-            release.set()
-            await wait_for(lambda: builds[-1].snapshot.is_empty())
+            with slow_builds(monkeypatch) as (building, release):
+                only.deliver(payload(A))
+                await wait_for(building.is_set)
+                only.withdraw()  # decided while the build of A runs
+                release.set()
+                await wait_for(lambda: not builds or builds[-1].snapshot.is_empty())
             await anyio.sleep(0.3)
             tg.cancel_scope.cancel()
     assert not any(has(b.snapshot, A) for b in builds)  # the stale build never went out
