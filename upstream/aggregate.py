@@ -43,7 +43,6 @@ from upstream.merge import (
     merge_and_apply,
     merge_at,
     merge_by_kind,
-    next_change,
 )
 from upstream.selection import Decision, GroupSelector, GroupSpec, SourceView
 from upstream.source import Delivery, Source
@@ -447,11 +446,11 @@ class Aggregator:
         }
         everything = [(e.payload, e.expires_at) for e in self.entries.values()]
         started = self.keeper.monotonic()
-        snapshot, until = await anyio.to_thread.run_sync(build_snapshot, parts, policy, judged)
-        upcoming, last = await anyio.to_thread.run_sync(next_change, everything, judged)
+        built = await anyio.to_thread.run_sync(build_snapshot, parts, everything, policy, judged)
         for entry in self.entries.values():
-            if entry.payload is not None and id(entry.payload) in last:
-                entry.learn(entry.payload, last[id(entry.payload)])
+            if entry.payload is not None and id(entry.payload) in built.last_expiry:
+                entry.learn(entry.payload, built.last_expiry[id(entry.payload)])
+        until = built.usable_until
         took = self.keeper.monotonic() - started
         self._margin = JUDGE_FACTOR * took
         after = self.keeper.now()
@@ -465,6 +464,6 @@ class Aggregator:
         if stale:
             log.info("build discarded: data in it expired while it ran (%.2f s)", took)
             return None
-        self._next_change = upcoming
+        self._next_change = built.next_change
         selected = dict(self.active)
-        return Build(snapshot, selected, until, self.inputs(), judged)
+        return Build(built.snapshot, selected, until, self.inputs(), judged)

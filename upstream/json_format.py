@@ -73,21 +73,11 @@ class SourcePayload:
     #: Build time stated by the export (Unix seconds), if any.
     generated: int | None = None
 
-    def earliest_expiry_after(self, now: int) -> int | None:
-        """The first expiry time after ``now`` (Unix seconds); None when no entry expires later."""
-        first = min(
-            itertools.chain(
-                (e for e in self.v4_expires if e > now),
-                (e for e in self.v6_expires if e > now),
-                (t for _, t in self.router_keys if t > now),
-                (t for _, t in self.aspas if t > now),
-            ),
-            default=NO_EXPIRY,
-        )
-        return None if first == NO_EXPIRY else first
+    def earliest_expiry_after(self, now: float, kind: PayloadKind | None = None) -> int | None:
+        """The first expiry after ``now`` of the entries of ``kind`` (every kind when None).
 
-    def next_expiry(self, now: float, kind: PayloadKind | None = None) -> int | None:
-        """The first expiry after ``now`` of the entries of ``kind`` (all kinds when None)."""
+        None when no such entry expires later.
+        """
         parts: list[Iterable[int]] = []
         if kind in (None, PayloadKind.VRP):
             parts += [self.v4_expires, self.v6_expires]
@@ -100,15 +90,10 @@ class SourcePayload:
 
     def last_expiry(self) -> int | None:
         """When the last entry expires (None: some entry never does, or there is none)."""
-        last = max(
-            itertools.chain(
-                self.v4_expires,
-                self.v6_expires,
-                (t for _, t in self.router_keys),
-                (t for _, t in self.aspas),
-            ),
-            default=None,
-        )
+        ends = [max(expires) for expires in (self.v4_expires, self.v6_expires) if expires]
+        ends += [t for _, t in self.router_keys]
+        ends += [t for _, t in self.aspas]
+        last = max(ends, default=None)
         return None if last is None or last >= NO_EXPIRY else last
 
     def is_empty(self) -> bool:

@@ -20,6 +20,7 @@ from upstream.json_format import SourcePayload
 
 __all__ = [
     "Build",
+    "Built",
     "Chosen",
     "SourceInput",
     "Timed",
@@ -27,7 +28,6 @@ __all__ = [
     "merge_and_apply",
     "merge_at",
     "merge_by_kind",
-    "next_change",
 ]
 
 
@@ -104,42 +104,53 @@ def merge_and_apply(payloads: dict[PayloadKind, list[Timed]], policy: SlurmPolic
 Chosen = dict[PayloadKind, list[tuple[SourcePayload, float | None]]]
 
 
+@dataclass(frozen=True, slots=True)
+class Built:
+    """What `build_snapshot` makes: the snapshot and when anything in it changes by itself."""
+
+    snapshot: Snapshot
+    #: Per kind: until when that kind's data stays exact (None: no limit).
+    usable_until: dict[PayloadKind, float | None]
+    #: The first time after the judged time at which any payload given changes by itself.
+    next_change: float
+    #: Each payload's last record expiry, keyed by ``id(payload)``.
+    last_expiry: dict[int, int | None]
+
+
 def build_snapshot(
-    chosen: Chosen, policy: SlurmPolicy, judged: float
-) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
-    """The snapshot at ``judged`` and each kind's usable-until time (worker thread)."""
+    chosen: Chosen,
+    everything: Iterable[tuple[SourcePayload | None, float | None]],
+    policy: SlurmPolicy,
+    judged: float,
+) -> Built:
+    """The snapshot of ``chosen`` at ``judged``, and the times that follow (worker thread).
+
+    ``everything`` is every source's payload and deadline, the chosen ones among them: each
+    payload's records are scanned once, for its first expiry per kind and its last expiry.
+    """
     at = math.floor(judged)
     snapshot = merge_and_apply({k: [(p, at) for p, _ in v] for k, v in chosen.items()}, policy)
-    until: dict[PayloadKind, float | None] = {}
-    for kind in PayloadKind:
-        times: list[float] = []
-        for payload, deadline in chosen.get(kind, []):
-            if deadline is not None:
-                times.append(deadline)
-            first = payload.next_expiry(at, kind)
-            if first is not None:
-                times.append(first)
-        until[kind] = min(times, default=None)
-    return snapshot, until
-
-
-def next_change(
-    entries: Iterable[tuple[SourcePayload | None, float | None]], now: float
-) -> tuple[float, dict[int, int | None]]:
-    """When any of ``entries`` next changes by itself after ``now``; each payload's last expiry.
-
-    The last record expiries are keyed by ``id(payload)``. Runs in a worker thread: both scan
-    every record.
-    """
-    times: list[float] = []
+    firsts: dict[int, dict[PayloadKind, int | None]] = {}
     last: dict[int, int | None] = {}
-    for payload, deadline in entries:
+    times: list[float] = []
+    for payload, deadline in everything:
         if payload is None:
             continue
-        if deadline is not None and deadline > now:
+        if deadline is not None and deadline > judged:
             times.append(deadline)
-        first = payload.next_expiry(now)
-        if first is not None:
-            times.append(first)
-        last[id(payload)] = payload.last_expiry()
-    return min(times, default=math.inf), last
+        if id(payload) not in firsts:
+            per_kind = {k: payload.earliest_expiry_after(at, k) for k in PayloadKind}
+            firsts[id(payload)] = per_kind
+            last[id(payload)] = payload.last_expiry()
+            times.extend(t for t in per_kind.values() if t is not None)
+    until: dict[PayloadKind, float | None] = {}
+    for kind in PayloadKind:
+        ends: list[float] = []
+        for payload, deadline in chosen.get(kind, []):
+            if deadline is not None:
+                ends.append(deadline)
+            first = firsts[id(payload)][kind]
+            if first is not None:
+                ends.append(first)
+        until[kind] = min(ends, default=None)
+    return Built(snapshot, until, min(times, default=math.inf), last)
