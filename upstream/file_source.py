@@ -26,7 +26,13 @@ from upstream.json_format import (
     decompress,
     parse_export,
 )
-from upstream.source import Delivery, DeliverySink, admit_export, payload_identity
+from upstream.source import (
+    Delivery,
+    DeliverySink,
+    HeldExport,
+    HoldsExports,
+    payload_identity,
+)
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
 
@@ -68,10 +74,11 @@ def _digest_of(path: Path) -> bytes | None:
         return None
 
 
-class FileSource:
+class FileSource(HoldsExports):
     """Polls one file every ``poll_interval`` seconds and emits each new valid payload."""
 
     kind = "file"
+    _log = log
     #: A local file: its data is judged by its entries' absolute expiry alone.
     online = False
     #: An export can hold every kind.
@@ -104,7 +111,7 @@ class FileSource:
         self._digest: bytes | None = None
         self._rejected_digest: bytes | None = None
         #: A valid export held back because its build time is ahead of the wall clock.
-        self._held: tuple[bytes, int, Delivery] | None = None
+        self._held: HeldExport | None = None
 
     def refreshing(self) -> bool:
         """True before the first look and while the last one found a readable, valid file."""
@@ -178,29 +185,12 @@ class FileSource:
             else:
                 log.debug("source %s: %s touched, content unchanged", self.name, self.path)
             return False
-        self._held = (digest, size, delivery)
-        return self._admit_held(
-            sink, f" ({size} bytes) in {self.clock.monotonic() - started:.2f} s"
-        )
+        how = f" ({size} bytes) in {self.clock.monotonic() - started:.2f} s"
+        self._held = HeldExport(digest, delivery, how)
+        return self._admit_held(sink)
 
-    def _admit_held(self, sink: DeliverySink, how: str = "") -> bool:
-        """Deliver the export read last, unless its build time is still ahead of the clock."""
-        if self._held is None:
-            return False
-        digest, _, delivery = self._held
-        if not admit_export(
-            delivery,
-            keeper=self.keeper,
-            status=self.status,
-            where=str(self.path),
-            how=how,
-            sink=sink,
-            logger=log,
-        ):
-            return False
-        self._held = None
-        self._digest = digest
-        return True
+    def _location(self) -> str:
+        return str(self.path)
 
     def _environment_error(self, exc: OSError) -> None:
         self.status.failed("environment", str(exc), self.clock.wall())

@@ -76,7 +76,13 @@ from upstream.json_format import (
     decompress,
     parse_export,
 )
-from upstream.source import Delivery, DeliverySink, admit_export, payload_identity
+from upstream.source import (
+    Delivery,
+    DeliverySink,
+    HeldExport,
+    HoldsExports,
+    payload_identity,
+)
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
 
@@ -377,10 +383,11 @@ class _Response:
     size: int = 0
 
 
-class HttpSource:
+class HttpSource(HoldsExports):
     """Polls one URL every ``poll_interval`` seconds and emits each new valid payload."""
 
     kind = "http"
+    _log = log
     #: Its data comes from a live upstream: distrusted after a clock jump.
     online = True
     #: An export can hold every kind.
@@ -463,7 +470,7 @@ class HttpSource:
         self._digest: bytes | None = None
         self._rejected_digest: bytes | None = None
         #: A valid export held back because its build time is ahead of the wall clock.
-        self._held: tuple[bytes, Delivery, str] | None = None
+        self._held: HeldExport | None = None
         self._wake: anyio.Event | None = None
 
     def __repr__(self) -> str:
@@ -741,24 +748,8 @@ class HttpSource:
         self._last_rejected = False
         encoded = "" if response.size == response.raw_bytes else f", {response.raw_bytes} encoded"
         how = f" ({response.size} bytes{encoded}) in {self.clock.monotonic() - started:.2f} s"
-        self._held = (parsed.digest, parsed.delivery, how)
+        self._held = HeldExport(parsed.digest, parsed.delivery, how)
         return self._admit_held(sink)
 
-    def _admit_held(self, sink: DeliverySink) -> bool:
-        """Deliver the body read last, unless its build time is still ahead of the clock."""
-        if self._held is None:
-            return False
-        digest, delivery, how = self._held
-        if not admit_export(
-            delivery,
-            keeper=self.keeper,
-            status=self.status,
-            where=str(self.url),
-            how=how,
-            sink=sink,
-            logger=log,
-        ):
-            return False
-        self._held = None
-        self._digest = digest
-        return True
+    def _location(self) -> str:
+        return str(self.url)

@@ -19,7 +19,7 @@ from upstream.json_format import SourcePayload, check_generated
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import TimeKeeper
 
-__all__ = ["Delivery", "DeliverySink", "Source", "admit_export", "payload_identity"]
+__all__ = ["Delivery", "DeliverySink", "HeldExport", "HoldsExports", "Source", "payload_identity"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,50 +119,73 @@ def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
     return h.digest()
 
 
-def admit_export(
-    delivery: Delivery,
-    *,
-    keeper: TimeKeeper,
-    status: SourceStatus,
-    where: str,
-    how: str,
-    sink: DeliverySink,
-    logger: logging.Logger,
-) -> bool:
-    """Deliver an export read from ``where``, unless its build time is ahead of the clock.
+@dataclass(frozen=True, slots=True)
+class HeldExport:
+    """An export read and parsed but not delivered yet (its build time may be ahead)."""
 
-    An export built later than the raw wall clock plus the tolerance is held back: ``status``
-    records a ``time`` error (logged once) and False is returned, so the caller keeps it and
-    tries again later without reading it anew. Offline evaluation (a frozen clock) has no clock
-    to check against. On delivery the status records the success (``how``: size and duration).
+    #: SHA-256 of its bytes as read (the source's content in force once delivered).
+    digest: bytes
+    delivery: Delivery
+    #: Size and read time, for the log line of the load.
+    how: str = ""
+
+
+class HoldsExports:
+    """Mixin of the export sources (file, HTTP): an export is delivered once its time is due.
+
+    An export built later than the raw wall clock plus the tolerance is held back: the status
+    records a ``time`` error (logged once) and the source tries again at its next look without
+    reading the export anew. Offline evaluation (a frozen clock) has no clock to check against.
     """
-    payload = delivery.payload
-    reason = (
-        None
-        if keeper.frozen
-        else check_generated(payload.generated, keeper.wall(), keeper.tolerance)
-    )
-    if reason is not None:
-        if status.last_error != reason:
-            logger.error(
-                "source %s: export from %s held back: %s; the previous data stays in force",
-                status.name,
-                where,
-                reason,
-            )
-        status.failed("time", reason, keeper.wall())
-        return False
-    status.state = SourceState.OK
-    status.attempted = True
-    status.syncs += 1
-    status.last_success_wall = keeper.wall()
-    status.records = payload.counts()
-    logger.info(
-        "source %s: loaded %s%s: %s",
-        status.name,
-        where,
-        how,
-        ", ".join(f"{k}={v}" for k, v in status.records.items()),
-    )
-    sink(delivery)
-    return True
+
+    keeper: TimeKeeper
+    status: SourceStatus
+    #: The export read last and not delivered yet.
+    _held: HeldExport | None
+    #: SHA-256 of the content in force.
+    _digest: bytes | None
+    #: The module logger of the source (its lines keep their logger name).
+    _log: logging.Logger
+
+    def _location(self) -> str:
+        """Where the source reads from, for log lines."""
+        raise NotImplementedError
+
+    def _admit_held(self, sink: DeliverySink) -> bool:
+        """Deliver the export read last, unless its build time is still ahead of the clock."""
+        held = self._held
+        if held is None:
+            return False
+        keeper, status = self.keeper, self.status
+        payload = held.delivery.payload
+        reason = (
+            None
+            if keeper.frozen
+            else check_generated(payload.generated, keeper.wall(), keeper.tolerance)
+        )
+        if reason is not None:
+            if status.last_error != reason:
+                self._log.error(
+                    "source %s: export from %s held back: %s; the previous data stays in force",
+                    status.name,
+                    self._location(),
+                    reason,
+                )
+            status.failed("time", reason, keeper.wall())
+            return False
+        self._held = None
+        self._digest = held.digest
+        status.state = SourceState.OK
+        status.attempted = True
+        status.syncs += 1
+        status.last_success_wall = keeper.wall()
+        status.records = payload.counts()
+        self._log.info(
+            "source %s: loaded %s%s: %s",
+            status.name,
+            self._location(),
+            held.how,
+            ", ".join(f"{k}={v}" for k, v in status.records.items()),
+        )
+        sink(held.delivery)
+        return True
