@@ -162,8 +162,8 @@ class Aggregator:
         self._built_key = None  # a commit is published (with its revision) even if unchanged
         if self._tg is not None:
             for entry in self.entries.values():
-                if entry.group in self._started and entry.scope is None:
-                    self._tg.start_soon(self._run_source, entry, name=f"source {entry.name}")
+                if entry.group in self._started:
+                    self._start_source(entry)
         self.poke()
 
     @property
@@ -255,9 +255,8 @@ class Aggregator:
                 entry.scope.cancel()
         self.poke()
 
-    async def _run_source(self, entry: SourceEntry) -> None:
-        with anyio.CancelScope() as scope:
-            entry.scope = scope
+    async def _run_source(self, entry: SourceEntry, scope: anyio.CancelScope) -> None:
+        with scope:
             if not entry.current or self._closing:
                 return
             await entry.source.run(functools.partial(self._deliver, entry))
@@ -285,9 +284,14 @@ class Aggregator:
                 extra={"event": "group_started", "group": name, "reason": reason},
             )
             for source in group.sources:
-                entry = self.entries[source.name]
-                if entry.scope is None:
-                    self._tg.start_soon(self._run_source, entry, name=f"source {source.name}")
+                self._start_source(self.entries[source.name])
+
+    def _start_source(self, entry: SourceEntry) -> None:
+        """Start the task of ``entry``'s source unless it has one."""
+        assert self._tg is not None
+        if entry.scope is None:
+            entry.scope = anyio.CancelScope()  # owned by the task; a retire before it runs counts
+            self._tg.start_soon(self._run_source, entry, entry.scope, name=f"source {entry.name}")
 
     async def _loop(self) -> None:
         delay = 0.0
@@ -372,7 +376,7 @@ class Aggregator:
         takes (it only reads states and starts tasks, and never builds or publishes).
         """
         while True:
-            delay = READY_POLL
+            delay = math.inf  # idle between builds: the builder wakes it when one starts
             if self._building:
                 _, waits = self._select()
                 delay = min([READY_POLL, *waits])
@@ -407,6 +411,7 @@ class Aggregator:
             waits.append(max(0.0, self._next_change - judged))
             return min(waits)
         self._building = True
+        self._select_wake.set()
         try:
             build = await self._build(chosen, policy, judged)
         finally:
