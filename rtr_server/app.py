@@ -325,6 +325,8 @@ class App:
         with self._stop.bounded(deadline):
             await client.aclose()  # the sources stop; a decided withdrawal is built first
         with self._stop.bounded(deadline):
+            await client.wait_final_view()  # every source task ended (a late revocation too)
+        with self._stop.bounded(deadline):
             await followed.wait()
         if not followed.is_set():
             follow_scope.cancel()  # out of time: the snapshot in hand is dropped
@@ -353,7 +355,8 @@ class App:
             # Never report as persisted a state that lacks a withdrawal decided before the stop.
             return not_persisted(
                 "the final state",
-                "a withdrawal decided at the stop was not built within the flush timeout",
+                "the sources did not all stop, or a withdrawal decided at the stop was not "
+                "built, within the flush timeout",
                 self._handover.held(self.persister.persisted),
             )
         return report

@@ -17,13 +17,13 @@ expiry is discarded); each kind's usable-until time is handed on with it.
 A build that an already decided withdrawal (a revocation, a distrust, a removed source) made
 stale while it ran is discarded and rebuilt. `reconfigure` changes groups and sources in place:
 kept sources keep running with their data, the selector keeps its clocks. `close` stops the
-sources, refuses further ordinary deliveries, and makes one last build when a decided
-withdrawal is not yet in the published view.
+sources and refuses further ordinary deliveries; the last round comes once every source task
+has ended (a revocation a source reports while it stops is still admitted and built), and makes
+one last build when a decided withdrawal is not yet in the published view.
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -47,6 +47,7 @@ from upstream.merge import (
 from upstream.selection import Decision, GroupSelector, GroupSpec, SourceView
 from upstream.source import Delivery, Source
 from upstream.source_entry import Availability, Recovered, SourceEntry
+from upstream.source_tasks import SourceTasks
 from upstream.timekeeper import TimeKeeper
 
 __all__ = [
@@ -124,8 +125,12 @@ class Aggregator:
         self._changed = anyio.Event()
         self._select_wake = anyio.Event()
         self._building = False
-        #: Set once the last round after `close` is done (its build published, if any).
+        #: Set once the last round after `close` is done: every source task has ended and every
+        #: withdrawal decided until then is in the published view.
         self.final_round = anyio.Event()
+        #: Set (and renewed) after each round once closing began.
+        self._closing_round = anyio.Event()
+        self._tasks = SourceTasks(self.poke)
         self._tg: TaskGroup | None = None
         self._closing = False
         self._started: set[str] = set()
@@ -248,18 +253,24 @@ class Aggregator:
                 tg.cancel_scope.cancel()
 
     def close(self) -> None:
-        """Stop the sources; one last round publishes decided withdrawals, then `run` returns."""
+        """Stop the sources; after their tasks ended a last round builds, then `run` returns."""
         self._closing = True
-        for entry in self.entries.values():
-            if entry.scope is not None:
-                entry.scope.cancel()
+        self._tasks.stop(self.entries.values())
         self.poke()
 
-    async def _run_source(self, entry: SourceEntry, scope: anyio.CancelScope) -> None:
-        with scope:
-            if not entry.current or self._closing:
-                return
-            await entry.source.run(functools.partial(self._deliver, entry))
+    def still_running(self) -> list[str]:
+        """Names of the sources whose task has not ended (e.g. a parse in a worker thread)."""
+        return self._tasks.running()
+
+    @property
+    def cleanup_pending(self) -> bool:
+        """Closing, and a build is running or a decided change still waits for its round."""
+        return self._closing and (self._building or self._changed.is_set())
+
+    async def closing_round(self) -> None:
+        """Wait for the end of the next round after `close` (or for the final one)."""
+        if not self.final_round.is_set():
+            await self._closing_round.wait()
 
     def _deliver(self, entry: SourceEntry, delivery: Delivery) -> None:
         if self._closing and not delivery.revoked:
@@ -289,9 +300,7 @@ class Aggregator:
     def _start_source(self, entry: SourceEntry) -> None:
         """Start the task of ``entry``'s source unless it has one."""
         assert self._tg is not None
-        if entry.scope is None:
-            entry.scope = anyio.CancelScope()  # owned by the task; a retire before it runs counts
-            self._tg.start_soon(self._run_source, entry, entry.scope, name=f"source {entry.name}")
+        self._tasks.start(self._tg, entry, self._deliver)
 
     async def _loop(self) -> None:
         delay = 0.0
@@ -301,9 +310,13 @@ class Aggregator:
             self._changed = anyio.Event()
             closing = self._closing
             delay = await self._round()
-            if closing and not self._changed.is_set():
+            if closing and not self._changed.is_set() and not self._tasks:
                 self.final_round.set()  # decided withdrawals are in the last build
+                self._closing_round.set()
                 return
+            if closing:
+                self._closing_round.set()
+                self._closing_round = anyio.Event()
 
     def _check_clock(self) -> None:
         """Distrust online sources whose wall clock moved beyond the tolerance (and resync)."""

@@ -162,11 +162,12 @@ class Client:
     async def aclose(self) -> None:
         """Stop everything; safe to call more than once.
 
-        The sources stop first; a withdrawal they already decided is built and becomes the
-        current snapshot (without events) before the tasks end; that wait is not cut short by
-        ``cleanup_timeout`` (past it, ``cleanup_overdue`` is reported). The remaining tasks get
-        what is left of ``cleanup_timeout``; if they are still busy then (a parse in a worker
-        thread), the client stays CLOSING with ``cleanup_overdue`` set.
+        The sources stop first; a withdrawal decided before their tasks ended (also one a
+        source reports while it stops) is built and becomes the current snapshot (without
+        events). A build of such a withdrawal is waited for past ``cleanup_timeout`` (then
+        ``cleanup_overdue`` is reported); a source task still busy then (a parse in a worker
+        thread) is not: the client stays CLOSING with ``cleanup_overdue`` set, and
+        `wait_final_view` tells when the last view is complete.
         """
         if self.state in (ClientState.CREATED, ClientState.OPEN):
             self._finish_close()
@@ -178,36 +179,55 @@ class Client:
         self.state = ClientState.CLOSING
         assert self._done is not None
         started = anyio.current_time()
-        self._aggregator.close()
+        agg = self._aggregator
+        agg.close()
         with anyio.move_on_after(self.config.cleanup_timeout) as first:
-            await self._aggregator.final_round.wait()
+            await agg.final_round.wait()
         if first.cancelled_caught:
-            # A decided withdrawal is necessary cleanup: it is never dropped for being slow.
-            # Report the overdue close, stay CLOSING and keep waiting (a caller bounds the
-            # whole stop, e.g. rtr-serve's --flush-timeout, by cancelling this wait).
             self.cleanup_overdue = True
+            if agg.cleanup_pending:
+                # A decided withdrawal is necessary cleanup: it is never dropped for being
+                # slow. Stay CLOSING and keep waiting (a caller bounds the whole stop, e.g.
+                # rtr-serve's --flush-timeout, by cancelling this wait).
+                log.warning(
+                    "client close: the last build (a decided withdrawal) still runs after "
+                    "%.1f s; waiting for it",
+                    self.config.cleanup_timeout,
+                )
+                while agg.cleanup_pending:
+                    await agg.closing_round()
+        if not agg.final_round.is_set():
+            # The aggregator goes on (a revocation those tasks report is still built) and the
+            # client's tasks end after its last round (see `_start_aggregator`).
             log.warning(
-                "client close: the last build (a decided withdrawal) still runs after %.1f s; "
-                "waiting for it",
-                self.config.cleanup_timeout,
+                "client close: still busy after %.1f s: source task(s) %s (e.g. a parse in a "
+                "worker thread); the client stays closing until they end",
+                anyio.current_time() - started,
+                ", ".join(agg.still_running()) or "-",
             )
-            await self._aggregator.final_round.wait()
+            return
         left = max(0.0, self.config.cleanup_timeout - (anyio.current_time() - started))
         with anyio.move_on_after(left) as waited:
-            if self._scope is not None:
-                self._scope.cancel()
+            self._scope_cancel()
             await self._done.wait()
         if waited.cancelled_caught:
-            if self._scope is not None:
-                self._scope.cancel()
+            self._scope_cancel()
             self.cleanup_overdue = True
             log.warning(
                 "client close: still busy after %.1f s (e.g. a parse in a worker thread); "
                 "it stops when that returns",
-                self.config.cleanup_timeout,
+                anyio.current_time() - started,
             )
             return
         self._finish_close()
+
+    async def wait_final_view(self) -> None:
+        """Wait until closing has ended every source task and built what they decided."""
+        await self._aggregator.final_round.wait()
+
+    def _scope_cancel(self) -> None:
+        if self._scope is not None:
+            self._scope.cancel()
 
     def _finish_close(self) -> None:
         self.state = ClientState.CLOSED
@@ -217,7 +237,7 @@ class Client:
     # ------------------------------------------------------------------ queries
     @property
     def final_view_committed(self) -> bool:
-        """True once closing has built every withdrawal decided before it (see `aclose`)."""
+        """True once closing has ended every source task and built what they decided."""
         return self._aggregator.final_round.is_set()
 
     @property
@@ -338,6 +358,8 @@ class Client:
             finally:
                 aggregator.final_round.set()  # nothing more is built
                 done.set()
+                if self.state is ClientState.CLOSING:
+                    self._scope_cancel()  # a close that returned overdue ends the rest now
 
         self._aggregator_done = done
         await self._tg.start(run_it)

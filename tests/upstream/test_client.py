@@ -203,9 +203,13 @@ async def test_aclose_during_a_slow_load_is_bounded_and_honest(
             assert client.cleanup_overdue
             assert client.state is ClientState.CLOSING  # not pretending to be closed
             assert client.get_status().cleanup_overdue
+            assert not client.final_view_committed  # a source task has not ended yet
             release.set()
+            with anyio.fail_after(5):
+                await client.wait_final_view()
     finally:
         release.set()
+    assert client.final_view_committed
     assert client.state is ClientState.CLOSED
 
 

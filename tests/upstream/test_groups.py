@@ -26,7 +26,7 @@ from upstream.client import Client
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.file_source import FileSource
 from upstream.selection import GroupSpec, PayloadKind
-from upstream.source import DeliverySink, Source
+from upstream.source import Delivery, DeliverySink, Source
 
 pytestmark = pytest.mark.anyio
 
@@ -333,6 +333,46 @@ async def test_close_commits_a_withdrawal_already_decided() -> None:
             aggregator.close()  # no round ran in between: the withdrawal is not built yet
             only.deliver(payload(B))  # after close began: not admitted
             # run returns by itself once the last round is done (the task group then ends)
+    assert builds[-1].snapshot.is_empty()
+    assert aggregator.availability()["a"].value == "revoked"
+
+
+class StopsWithAWithdrawal(ScriptedSource):
+    """A source whose protocol reports a fatal error while it stops (after close began)."""
+
+    async def run(self, sink: DeliverySink) -> None:
+        self._sink = sink
+        try:
+            await anyio.sleep_forever()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await anyio.sleep(0.3)  # e.g. a check still running when the cancel came
+                sink(Delivery.withdrawal())
+
+
+async def test_close_waits_for_the_source_tasks_and_builds_their_late_withdrawal() -> None:
+    """Contract L-18/P-46: the last round comes only after every source task ended, so a
+    revocation a source reports while it stops is in the final view (never lost)."""
+    builds: list[Build] = []
+
+    async def on_snapshot(build: Build) -> None:
+        builds.append(build)
+
+    only = StopsWithAWithdrawal("a", kind="rtr", online=True)
+    group = Group(GroupSpec("only", 1, startup_timeout=0, failback_delay=0), (only,))
+    aggregator = Aggregator([], on_snapshot, groups=[group])
+    with anyio.fail_after(5):
+        async with anyio.create_task_group() as tg:
+            await tg.start(aggregator.run)
+            await wait_for(lambda: only.running)
+            only.deliver(payload(A))
+            await wait_for(lambda: bool(builds) and has(builds[-1].snapshot, A))
+            aggregator.close()
+            await anyio.sleep(0.1)
+            assert aggregator.still_running() == ["a"]
+            assert not aggregator.final_round.is_set()  # the source has not ended yet
+    assert aggregator.final_round.is_set()
+    assert aggregator.still_running() == []
     assert builds[-1].snapshot.is_empty()
     assert aggregator.availability()["a"].value == "revoked"
 
