@@ -15,11 +15,14 @@ ahead, so nothing it holds expires while it is being built (a build that still r
 expiry is discarded); each kind's usable-until time is handed on with it.
 
 A build that an already decided withdrawal (a revocation, a distrust, a removed source) made
-stale while it ran is discarded and rebuilt. `reconfigure` changes groups and sources in place:
-kept sources keep running with their data, the selector keeps its clocks. `close` stops the
-sources and refuses further ordinary deliveries; the last round comes once every source task
-has ended (a revocation a source reports while it stops is still admitted and built), and makes
-one last build when a decided withdrawal is not yet in the published view.
+stale while it ran is discarded and rebuilt; the rebuild merges again only the kinds whose
+inputs changed (`MergeCache`), so one group's change never makes the others' merges redone.
+
+`reconfigure` changes groups and sources in place: kept sources keep running with their data,
+the selector keeps its clocks. `close` stops the sources and refuses further ordinary
+deliveries; the last round comes once every source task has ended (a revocation a source
+reports while it stops is still admitted and built), and makes one last build when a decided
+withdrawal is not yet in the published view.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from upstream.clock import Clock, SystemClock
 from upstream.merge import (
     Build,
     Chosen,
+    MergeCache,
     SourceInput,
     build_snapshot,
     merge_and_apply,
@@ -131,6 +135,8 @@ class Aggregator:
         #: Set (and renewed) after each round once closing began.
         self._closing_round = anyio.Event()
         self._tasks = SourceTasks(self.poke)
+        #: Each kind's last merge: a rebuild merges only the kinds whose inputs changed.
+        self.merges = MergeCache()
         self._tg: TaskGroup | None = None
         self._closing = False
         self._started: set[str] = set()
@@ -464,7 +470,9 @@ class Aggregator:
         }
         everything = [(e.payload, e.expires_at) for e in self.entries.values()]
         started = self.keeper.monotonic()
-        built = await anyio.to_thread.run_sync(build_snapshot, parts, everything, policy, judged)
+        built = await anyio.to_thread.run_sync(
+            build_snapshot, parts, everything, policy, judged, self.merges
+        )
         for entry in self.entries.values():
             if entry.payload is not None and id(entry.payload) in built.last_expiry:
                 entry.learn(entry.payload, built.last_expiry[id(entry.payload)])

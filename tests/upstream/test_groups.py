@@ -25,6 +25,7 @@ from upstream.aggregate import Aggregator, Build, Group
 from upstream.client import Client
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.file_source import FileSource
+from upstream.json_format import SourcePayload, parse_export
 from upstream.selection import GroupSpec, PayloadKind
 from upstream.source import Delivery, DeliverySink, Source
 
@@ -209,6 +210,45 @@ async def test_vrps_from_one_group_aspas_from_another_without_waiting(tmp_path: 
             PayloadKind.ROUTER_KEY: "primary",
             PayloadKind.ASPA: "backup",
         }
+
+
+async def test_a_rebuild_merges_only_the_kinds_whose_inputs_changed(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Contract L-49: a build made stale by another group's withdrawal is rebuilt reusing the
+    merge of the group whose inputs did not change (its VRPs are not merged again)."""
+    vrps = ScriptedSource("a", online=True)
+    vrps.capabilities = frozenset({PayloadKind.VRP, PayloadKind.ROUTER_KEY})
+    aspas = ScriptedSource("b", online=True)
+    aspas.capabilities = frozenset({PayloadKind.ASPA})
+
+    def aspa_payload(customer: int) -> SourcePayload:
+        doc = {"roas": [], "aspas": [{"customer_asid": customer, "providers": [64497]}]}
+        return parse_export(dumps(doc))
+
+    async with running(two_groups(vrps, aspas)) as run:
+        await wait_for(lambda: vrps.running and aspas.running)
+        held = payload(A)
+        vrps.deliver(held)
+        aspas.deliver(aspa_payload(64496))
+        await run.until(lambda s: has(s, A) and bool(s.aspas))
+        calls: list[int] = []
+        original = SourcePayload.snapshot_at
+
+        def counted(self: SourcePayload, now: int) -> Snapshot:
+            calls.append(id(self))
+            return original(self, now)
+
+        monkeypatch.setattr(SourcePayload, "snapshot_at", counted)
+        with slow_builds(monkeypatch) as (building, release):
+            aspas.deliver(aspa_payload(64499))
+            await wait_for(building.is_set)
+            aspas.withdraw()  # decided while the build runs: that build is discarded
+            release.set()
+            snap = await run.until(lambda s: not s.aspas)
+        assert has(snap, A)
+        assert id(held) not in calls  # the VRP group's merge was reused by both builds
+        assert run.aggregator.merges.reused == 2  # VRP and router keys
 
 
 async def test_losing_every_group_publishes_the_empty_set() -> None:
