@@ -52,7 +52,6 @@ import email.utils
 import hashlib
 import ipaddress
 import logging
-import random
 import re
 import ssl
 import zlib
@@ -68,6 +67,7 @@ import anyio
 import httpx
 
 from snapshot.kinds import ALL_KINDS, PayloadKind
+from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
 from upstream.json_format import (
     DEFAULT_MAX_ASPA_PROVIDERS,
@@ -538,8 +538,7 @@ class HttpSource(HoldsExports):
             yield client
 
     def _backoff(self, failure: _PollError) -> float:
-        ceiling = min(self.retry_max, self.retry_initial * 2.0 ** min(self.failures, 64))
-        delay = random.uniform(ceiling / 2, ceiling)
+        delay = jittered_backoff(self.failures, self.retry_initial, self.retry_max)
         if failure.retry_after is not None:
             delay = max(delay, min(failure.retry_after, self.retry_max))
         return delay

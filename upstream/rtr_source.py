@@ -39,7 +39,6 @@ import contextlib
 import dataclasses
 import logging
 import math
-import random
 import socket
 from array import array
 
@@ -59,6 +58,7 @@ from rtr_server.protocol import (
 from rtr_server.protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
+from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
 from upstream.json_format import NO_EXPIRY, SourcePayload
 from upstream.rtr_address import parse_rtr_url
@@ -254,9 +254,8 @@ class RtrSource:
             while True:
                 if await self._connect_once(sink):
                     continue  # a version change: reconnect at once (at most twice: 2 → 1 → 0)
-                backoff = min(self.retry_initial * 2.0 ** min(self._failures, 32), self.retry_max)
+                delay = jittered_backoff(self._failures, self.retry_initial, self.retry_max)
                 self._failures += 1
-                delay = random.uniform(backoff / 2, backoff)
                 log.info("source %s: reconnecting to %s in %.1f s", self.name, self.cache, delay)
                 await anyio.sleep(delay)
 
