@@ -22,7 +22,8 @@ from snapshot import Snapshot
 from snapshot.slurm import SlurmPolicy, parse_slurm
 from snapshot.slurm_apply import apply_policy
 from tests.slurm_docs import slurm_json
-from upstream.json_format import decompress, parse_export
+from upstream.decompress import decompress
+from upstream.json_format import parse_export
 
 TABLE = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
 REFERENCE_TIME = 1753003893

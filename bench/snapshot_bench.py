@@ -23,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from rtr_server.protocol import Timers, encode_full_response
 from snapshot import Serial, Snapshot, Vrp, compute_delta
-from upstream.json_format import decompress, parse_export
+from upstream.decompress import decompress
+from upstream.json_format import parse_export
 
 FIRST = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
 SECOND = "rpkilog/rpkiclient_summary_20250720T100145Z.json.bz2"

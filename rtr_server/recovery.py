@@ -24,8 +24,8 @@ from persistence.state import (
 )
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import Snapshot
-from upstream.json_format import NO_EXPIRY, SourcePayload
 from upstream.merge import SourceInput, merge_and_apply
+from upstream.payload import NO_EXPIRY, SourcePayload
 from upstream.selection import PayloadKind
 from upstream.source_entry import Recovered
 

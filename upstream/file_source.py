@@ -19,13 +19,10 @@ import anyio
 
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from upstream.clock import Clock
-from upstream.json_format import (
-    DEFAULT_MAX_ASPA_PROVIDERS,
-    FormatError,
-    SourcePayload,
-    decompress,
-    parse_export,
-)
+from upstream.decompress import decompress
+from upstream.format_error import FormatError
+from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS, parse_export
+from upstream.payload import SourcePayload
 from upstream.source import (
     Delivery,
     DeliverySink,

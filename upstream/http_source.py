@@ -54,8 +54,7 @@ import ipaddress
 import logging
 import re
 import ssl
-import zlib
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import cache
@@ -69,13 +68,9 @@ import httpx
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
-from upstream.json_format import (
-    DEFAULT_MAX_ASPA_PROVIDERS,
-    FormatError,
-    SizeLimitError,
-    decompress,
-    parse_export,
-)
+from upstream.decompress import ContentDecoder, decode, decode_flush, decompress
+from upstream.format_error import FormatError, SizeLimitError
+from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS, parse_export
 from upstream.source import (
     Delivery,
     DeliverySink,
@@ -253,45 +248,7 @@ def _describe(exc: BaseException) -> str:
 # ---------------------------------------------------------------- bounded decompression
 
 
-class _ContentDecoder:
-    """Undo one gzip or deflate Content-Encoding step, in pieces of at most `_STEP` bytes."""
-
-    def __init__(self, encoding: str) -> None:
-        self.encoding = encoding
-        wbits = 16 + zlib.MAX_WBITS if encoding in ("gzip", "x-gzip") else zlib.MAX_WBITS
-        self._obj = zlib.decompressobj(wbits)
-        self._started = False
-
-    def feed(self, data: bytes) -> Iterator[bytes]:
-        while data and not self._obj.eof:
-            try:
-                out = self._obj.decompress(data, _STEP)
-            except zlib.error as exc:
-                if self.encoding == "deflate" and not self._started:
-                    # "deflate" is often sent raw, without the zlib wrapper (as httpx allows).
-                    self._obj = zlib.decompressobj(-zlib.MAX_WBITS)
-                    self._started = True
-                    continue
-                raise _PollError(
-                    "format", f"corrupt {self.encoding} Content-Encoding: {exc}"
-                ) from None
-            self._started = True
-            data = self._obj.unconsumed_tail
-            if out:
-                yield out
-        # Data after the end of the compressed stream is ignored (as httpx does).
-
-    def flush(self) -> Iterator[bytes]:
-        while not self._obj.eof:
-            out = self._obj.decompress(b"", _STEP)
-            if not out:
-                if self.encoding == "deflate":
-                    return  # deflate without its end marker is tolerated (as httpx does)
-                raise _PollError("format", f"truncated {self.encoding} Content-Encoding")
-            yield out
-
-
-def _content_decoders(header: str | None) -> list[_ContentDecoder]:
+def _content_decoders(header: str | None) -> list[ContentDecoder]:
     """Decoders in the order to apply them (the reverse of the header's)."""
     decoders = []
     for token in reversed((header or "").split(",")):
@@ -300,23 +257,8 @@ def _content_decoders(header: str | None) -> list[_ContentDecoder]:
             continue
         if encoding not in ("gzip", "x-gzip", "deflate"):
             raise _PollError("http", f"unsupported Content-Encoding {encoding[:40]!r}")
-        decoders.append(_ContentDecoder(encoding))
+        decoders.append(ContentDecoder(encoding))
     return decoders
-
-
-def _decode(decoders: Sequence[_ContentDecoder], data: bytes) -> Iterator[bytes]:
-    if not decoders:
-        if data:
-            yield data
-        return
-    for piece in decoders[0].feed(data):
-        yield from _decode(decoders[1:], piece)
-
-
-def _decode_flush(decoders: Sequence[_ContentDecoder]) -> Iterator[bytes]:
-    for i, decoder in enumerate(decoders):
-        for piece in decoder.flush():
-            yield from _decode(decoders[i + 1 :], piece)
 
 
 def _too_large(limit: int, what: str) -> _PollError:
@@ -675,22 +617,25 @@ class HttpSource(HoldsExports):
         decoders = _content_decoders(response.headers.get("content-encoding"))
         chunks: list[bytes] = []
         raw = size = 0
-        async with _closing(response.aiter_raw()) as stream:
-            async for data in stream:
-                raw += len(data)
-                self.status.bytes_read += len(data)
-                if raw > limit:
-                    raise _too_large(limit, "body")
-                for piece in _decode(decoders, data):
-                    size += len(piece)
-                    if size > limit:
-                        raise _too_large(limit, "decoded body")
-                    chunks.append(piece)
-        for piece in _decode_flush(decoders):
-            size += len(piece)
-            if size > limit:
-                raise _too_large(limit, "decoded body")
-            chunks.append(piece)
+        try:
+            async with _closing(response.aiter_raw()) as stream:
+                async for data in stream:
+                    raw += len(data)
+                    self.status.bytes_read += len(data)
+                    if raw > limit:
+                        raise _too_large(limit, "body")
+                    for piece in decode(decoders, data):
+                        size += len(piece)
+                        if size > limit:
+                            raise _too_large(limit, "decoded body")
+                        chunks.append(piece)
+            for piece in decode_flush(decoders):
+                size += len(piece)
+                if size > limit:
+                    raise _too_large(limit, "decoded body")
+                chunks.append(piece)
+        except FormatError as exc:  # a corrupt Content-Encoding
+            raise _PollError("format", str(exc)) from None
         return _Response(200, etag, last_modified, chunks, raw, size)
 
     # ------------------------------------------------------------ status updates

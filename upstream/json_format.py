@@ -19,20 +19,13 @@ from __future__ import annotations
 
 import base64
 import binascii
-import bz2
-import itertools
 import json
-import lzma
-import math
 import socket
-import zlib
 from array import array
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
 from datetime import datetime
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
-from snapshot.kinds import PayloadKind
 from snapshot.model import (
     SKI_LENGTH,
     V4_KEY_SIZE,
@@ -44,188 +37,18 @@ from snapshot.model import (
     pack_v4,
     pack_v6,
 )
-from snapshot.snapshot import Snapshot, split_keys
+from upstream.format_error import FormatError
+from upstream.payload import NO_EXPIRY, SourcePayload
 
-#: Expiry of entries that carry none.
-NO_EXPIRY: Final = (1 << 63) - 1
+__all__ = [
+    "DEFAULT_MAX_ASPA_PROVIDERS",
+    "check_generated",
+    "parse_entries",
+    "parse_export",
+]
+
 #: rpki-client and OpenBGPD drop provider sets above this size; so do we by default.
 DEFAULT_MAX_ASPA_PROVIDERS: Final = 10_000
-
-
-class FormatError(ValueError):
-    """Raised when an export is malformed or holds an invalid entry; the message names it."""
-
-
-@dataclass(frozen=True, slots=True)
-class SourcePayload:
-    """The complete content of one source load, with an absolute expiry per entry.
-
-    VRPs are packed (see `snapshot.model`), unique, sorted descending, each with the latest
-    ``expires`` of its duplicates (a VRP from several trust anchors lives while any does).
-    """
-
-    v4: bytes = b""
-    v4_expires: array[int] = field(default_factory=lambda: array("q"))
-    v6: bytes = b""
-    v6_expires: array[int] = field(default_factory=lambda: array("q"))
-    router_keys: tuple[tuple[RouterKey, int], ...] = ()
-    aspas: tuple[tuple[Aspa, int], ...] = ()
-    #: Build time stated by the export (Unix seconds), if any.
-    generated: int | None = None
-
-    def earliest_expiry_after(self, now: float, kind: PayloadKind | None = None) -> int | None:
-        """The first expiry after ``now`` of the entries of ``kind`` (every kind when None).
-
-        None when no such entry expires later.
-        """
-        parts: list[Iterable[int]] = []
-        if kind in (None, PayloadKind.VRP):
-            parts += [self.v4_expires, self.v6_expires]
-        if kind in (None, PayloadKind.ROUTER_KEY):
-            parts.append(t for _, t in self.router_keys)
-        if kind in (None, PayloadKind.ASPA):
-            parts.append(t for _, t in self.aspas)
-        first = min((e for e in itertools.chain(*parts) if e > now), default=NO_EXPIRY)
-        return None if first == NO_EXPIRY else first
-
-    def last_expiry(self) -> int | None:
-        """When the last entry expires (None: some entry never does, or there is none)."""
-        ends = [max(expires) for expires in (self.v4_expires, self.v6_expires) if expires]
-        ends += [t for _, t in self.router_keys]
-        ends += [t for _, t in self.aspas]
-        last = max(ends, default=None)
-        return None if last is None or last >= NO_EXPIRY else last
-
-    def is_empty(self) -> bool:
-        """True when the payload holds no entry at all (expired or not)."""
-        return not (self.v4 or self.v6 or self.router_keys or self.aspas)
-
-    def snapshot_at(self, now: int) -> Snapshot:
-        """The entries still valid at ``now`` (an entry is valid while ``now < expires``)."""
-        aspas: dict[int, Aspa] = {}
-        for aspa, expires in self.aspas:
-            if now < expires:
-                old = aspas.get(aspa.customer)
-                aspas[aspa.customer] = aspa if old is None else old.merged(aspa)
-        keys = {k for k, expires in self.router_keys if now < expires}
-        return Snapshot(
-            _valid_keys(self.v4, self.v4_expires, V4_KEY_SIZE, now),
-            _valid_keys(self.v6, self.v6_expires, V6_KEY_SIZE, now),
-            tuple(sorted(keys, key=RouterKey.sort_key)),
-            tuple(aspas[c] for c in sorted(aspas)),
-        )
-
-    def counts(self) -> dict[str, int]:
-        """Entry counts by kind, expired ones included."""
-        return {
-            "vrp_v4": len(self.v4) // V4_KEY_SIZE,
-            "vrp_v6": len(self.v6) // V6_KEY_SIZE,
-            "router_key": len(self.router_keys),
-            "aspa": len({a.customer for a, _ in self.aspas}),
-        }
-
-
-def _valid_keys(packed: bytes, expires: array[int], width: int, now: int) -> bytes:
-    if not expires or min(expires) > now:
-        return packed
-    keys = split_keys(packed, width)
-    return b"".join(k for k, e in zip(keys, expires, strict=True) if now < e)
-
-
-class SizeLimitError(FormatError):
-    """Raised when decompressed data would exceed the size cap."""
-
-    def __init__(self, kind: str, limit: int) -> None:
-        super().__init__(f"decompressed {kind} data exceeds the limit of {limit} bytes")
-        self.kind = kind
-        self.limit = limit
-
-
-#: Output is produced in pieces of at most this size, so the cap is checked as it grows.
-_STEP: Final = 1 << 20
-
-
-class _Decompressor(Protocol):
-    @property
-    def eof(self) -> bool: ...
-    @property
-    def unused_data(self) -> bytes: ...
-
-
-class _StreamDecompressor(_Decompressor, Protocol):
-    @property
-    def needs_input(self) -> bool: ...
-    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
-
-
-def _zlib_pieces(obj: zlib._Decompress, data: bytes) -> Iterator[bytes]:
-    while not obj.eof:
-        out = obj.decompress(data, _STEP)
-        data = obj.unconsumed_tail
-        if not out and not data:
-            return
-        yield out
-
-
-def _stream_pieces(obj: _StreamDecompressor, data: bytes) -> Iterator[bytes]:
-    out = obj.decompress(data, max_length=_STEP)
-    while True:
-        yield out
-        if obj.eof or obj.needs_input:
-            return
-        out = obj.decompress(b"", max_length=_STEP)
-
-
-def decompress(data: bytes, max_size: int | None = None) -> bytes:
-    """Undo gzip, bzip2 or xz compression; other data is returned as it is.
-
-    The format is recognised by its magic number; several members are allowed.
-
-    Raises:
-        FormatError: corrupt or truncated compressed data, or garbage after it.
-        SizeLimitError: the output would exceed ``max_size`` (checked as it grows).
-    """
-    if data[:2] == b"\x1f\x8b":
-        kind, magic = "gzip", data[:2]
-    elif data[:3] == b"BZh":
-        kind, magic = "bzip2", data[:3]
-    elif data[:6] == b"\xfd7zXZ\x00":
-        kind, magic = "xz", data[:6]
-    else:
-        return data
-    limit = math.inf if max_size is None else max_size
-    out: list[bytes] = []
-    total = 0
-    rest = data
-    try:
-        while rest:
-            obj: _Decompressor
-            if kind == "gzip":
-                zobj = zlib.decompressobj(16 + zlib.MAX_WBITS)
-                obj, pieces = zobj, _zlib_pieces(zobj, rest)
-            elif kind == "bzip2":
-                bobj = bz2.BZ2Decompressor()
-                obj, pieces = bobj, _stream_pieces(bobj, rest)
-            else:
-                xobj = lzma.LZMADecompressor()
-                obj, pieces = xobj, _stream_pieces(xobj, rest)
-            for piece in pieces:
-                total += len(piece)
-                if total > limit:
-                    raise SizeLimitError(kind, int(limit))
-                out.append(piece)
-            if not obj.eof:
-                raise FormatError(f"corrupt compressed data: truncated {kind} stream")
-            rest = obj.unused_data
-            if rest and not rest.startswith(magic):
-                if rest.strip(b"\0"):
-                    raise FormatError(f"corrupt compressed data: garbage after the {kind} stream")
-                break
-    except (OSError, EOFError, ValueError, lzma.LZMAError, zlib.error) as exc:
-        if isinstance(exc, FormatError):
-            raise
-        raise FormatError(f"corrupt compressed data: {exc}") from None
-    return b"".join(out)
 
 
 # ---------------------------------------------------------------- field readers

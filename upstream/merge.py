@@ -20,7 +20,7 @@ from snapshot.model import Aspa
 from snapshot.slurm import SlurmPolicy
 from snapshot.slurm_apply import apply_policy
 from snapshot.snapshot import Snapshot, SnapshotBuilder
-from upstream.json_format import SourcePayload
+from upstream.payload import SourcePayload
 
 __all__ = [
     "Build",

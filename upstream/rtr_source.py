@@ -60,7 +60,7 @@ from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
 from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
-from upstream.json_format import NO_EXPIRY, SourcePayload
+from upstream.payload import NO_EXPIRY, SourcePayload
 from upstream.rtr_address import parse_rtr_url
 from upstream.rtr_progress import ReplyProgress, Violation
 from upstream.source import Delivery, DeliverySink

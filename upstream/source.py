@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from snapshot.kinds import PayloadKind
-from upstream.json_format import SourcePayload, check_generated
+from upstream.json_format import check_generated
+from upstream.payload import SourcePayload
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import TimeKeeper
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 import anyio
 
-from upstream.json_format import SourcePayload
+from upstream.payload import SourcePayload
 from upstream.source import Delivery, Source
 from upstream.timekeeper import Anchor, TimeKeeper
 

@@ -682,7 +682,8 @@ def test_expired_error_is_not_a_value_error() -> None:
 
 @pytest.mark.slow
 def test_real_global_table() -> None:
-    from upstream.json_format import decompress, parse_export
+    from upstream.decompress import decompress
+    from upstream.json_format import parse_export
 
     raw = decompress((RPKILOG / "rpkiclient_summary_20250720T093135Z.json.bz2").read_bytes())
     snap = parse_export(raw).snapshot_at(1753003893)

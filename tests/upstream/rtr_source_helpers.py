@@ -19,7 +19,7 @@ from snapshot.publisher import Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from tests.server.helpers import RouterState, settings, wait_until
 from tests.server.rtr_client import TIMEOUT, RtrClient
-from upstream.json_format import SourcePayload
+from upstream.payload import SourcePayload
 from upstream.rtr_source import RtrSource
 from upstream.source import Delivery
 

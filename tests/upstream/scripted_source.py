@@ -12,7 +12,8 @@ import anyio
 
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from tests.upstream.helpers import export
-from upstream.json_format import SourcePayload, parse_export
+from upstream.json_format import parse_export
+from upstream.payload import SourcePayload
 from upstream.source import Delivery, DeliverySink, payload_identity
 from upstream.status import SourceState, SourceStatus
 

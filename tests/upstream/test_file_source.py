@@ -23,7 +23,7 @@ from tests.upstream.helpers import (
     write_atomically,
 )
 from upstream.file_source import FileSource
-from upstream.json_format import SourcePayload
+from upstream.payload import SourcePayload
 from upstream.source import Delivery, DeliverySink
 from upstream.status import SourceState
 

@@ -25,7 +25,8 @@ from upstream.aggregate import Aggregator, Build, Group
 from upstream.client import Client
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.file_source import FileSource
-from upstream.json_format import SourcePayload, parse_export
+from upstream.json_format import parse_export
+from upstream.payload import SourcePayload
 from upstream.selection import GroupSpec, PayloadKind
 from upstream.source import Delivery, DeliverySink, Source
 

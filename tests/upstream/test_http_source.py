@@ -18,6 +18,8 @@ import pytest
 import upstream.http_source
 from tests.upstream.helpers import FakeClock, export, wait_for
 from tests.upstream.http_server import Reply, ScriptedServer
+from upstream.decompress import decompress
+from upstream.format_error import FormatError
 from upstream.http_source import (
     HttpSource,
     _decompress_bounded,
@@ -25,7 +27,8 @@ from upstream.http_source import (
     parse_http_url,
     user_agent,
 )
-from upstream.json_format import FormatError, SourcePayload, decompress, parse_export
+from upstream.json_format import parse_export
+from upstream.payload import SourcePayload
 from upstream.source import Delivery
 from upstream.status import SourceState
 

@@ -28,16 +28,11 @@ from tests.upstream.helpers import (
     ts,
     vrp,
 )
+from upstream.decompress import decompress
 from upstream.file_source import load_file
-from upstream.json_format import (
-    NO_EXPIRY,
-    FormatError,
-    SourcePayload,
-    check_generated,
-    decompress,
-    parse_entries,
-    parse_export,
-)
+from upstream.format_error import FormatError
+from upstream.json_format import check_generated, parse_entries, parse_export
+from upstream.payload import NO_EXPIRY, SourcePayload
 
 E1 = 1_790_000_000
 E2 = 1_790_000_500

@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey, Vrp
 from snapshot.snapshot import Snapshot, split_keys
 from upstream import json_format
-from upstream.json_format import NO_EXPIRY, SourcePayload, parse_export
+from upstream.json_format import parse_export
+from upstream.payload import NO_EXPIRY, SourcePayload
 
 SETTINGS = settings(max_examples=80, deadline=None)
 ASN_MAX = 2**32 - 1

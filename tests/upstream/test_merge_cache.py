@@ -13,8 +13,9 @@ from hypothesis import strategies as st
 from snapshot.kinds import PayloadKind
 from snapshot.slurm import EMPTY_POLICY
 from tests.upstream.helpers import dumps, roa
-from upstream.json_format import SourcePayload, parse_export
+from upstream.json_format import parse_export
 from upstream.merge import Chosen, MergeCache, build_snapshot
+from upstream.payload import SourcePayload
 
 T0 = 1_800_000_000
 
@@ -48,7 +49,7 @@ steps = st.lists(
 )
 
 
-def pick(given: list[SourcePayload], use: list[bool]) -> list[tuple[SourcePayload, None]]:
+def pick(given: list[SourcePayload], use: list[bool]) -> list[tuple[SourcePayload, float | None]]:
     return [(p, None) for p, u in zip(given, use[: len(given)], strict=True) if u]
 
 

@@ -12,8 +12,9 @@ import pytest
 from snapshot.model import Aspa, RouterKey, Vrp
 from snapshot.snapshot import Snapshot, split_keys
 from tests.upstream.helpers import DATA, ts
+from upstream.decompress import decompress
 from upstream.file_source import load_file
-from upstream.json_format import decompress, parse_export
+from upstream.json_format import parse_export
 
 RPKILOG = DATA / "rpkilog"
 FIXTURES = RPKILOG / "fixtures"

@@ -32,7 +32,7 @@ from tests.upstream.rtr_source_helpers import (
     running_source,
 )
 from tests.upstream.test_rtr_source import LOGGER, SID, VRP_A, reply
-from upstream.json_format import SourcePayload
+from upstream.payload import SourcePayload
 from upstream.rtr_progress import BUCKETS, ReplyProgress, Violation
 from upstream.rtr_source import (
     MIN_RATE,

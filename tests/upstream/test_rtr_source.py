@@ -54,7 +54,7 @@ from tests.upstream.rtr_source_helpers import (
     served,
     snapshot_of,
 )
-from upstream.json_format import NO_EXPIRY
+from upstream.payload import NO_EXPIRY
 from upstream.rtr_address import parse_rtr_url
 from upstream.rtr_source import RtrSource, payload_of
 from upstream.status import SourceState

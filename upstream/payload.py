@@ -1,0 +1,94 @@
+"""`SourcePayload`: one source's complete content, packed, with an absolute expiry per entry."""
+
+from __future__ import annotations
+
+import itertools
+from array import array
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Final
+
+from snapshot.kinds import PayloadKind
+from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey
+from snapshot.snapshot import Snapshot, split_keys
+
+__all__ = ["NO_EXPIRY", "SourcePayload"]
+
+#: Expiry of entries that carry none.
+NO_EXPIRY: Final = (1 << 63) - 1
+
+
+@dataclass(frozen=True, slots=True)
+class SourcePayload:
+    """The complete content of one source load, with an absolute expiry per entry.
+
+    VRPs are packed (see `snapshot.model`), unique, sorted descending, each with the latest
+    ``expires`` of its duplicates (a VRP from several trust anchors lives while any does).
+    """
+
+    v4: bytes = b""
+    v4_expires: array[int] = field(default_factory=lambda: array("q"))
+    v6: bytes = b""
+    v6_expires: array[int] = field(default_factory=lambda: array("q"))
+    router_keys: tuple[tuple[RouterKey, int], ...] = ()
+    aspas: tuple[tuple[Aspa, int], ...] = ()
+    #: Build time stated by the export (Unix seconds), if any.
+    generated: int | None = None
+
+    def earliest_expiry_after(self, now: float, kind: PayloadKind | None = None) -> int | None:
+        """The first expiry after ``now`` of the entries of ``kind`` (every kind when None).
+
+        None when no such entry expires later.
+        """
+        parts: list[Iterable[int]] = []
+        if kind in (None, PayloadKind.VRP):
+            parts += [self.v4_expires, self.v6_expires]
+        if kind in (None, PayloadKind.ROUTER_KEY):
+            parts.append(t for _, t in self.router_keys)
+        if kind in (None, PayloadKind.ASPA):
+            parts.append(t for _, t in self.aspas)
+        first = min((e for e in itertools.chain(*parts) if e > now), default=NO_EXPIRY)
+        return None if first == NO_EXPIRY else first
+
+    def last_expiry(self) -> int | None:
+        """When the last entry expires (None: some entry never does, or there is none)."""
+        ends = [max(expires) for expires in (self.v4_expires, self.v6_expires) if expires]
+        ends += [t for _, t in self.router_keys]
+        ends += [t for _, t in self.aspas]
+        last = max(ends, default=None)
+        return None if last is None or last >= NO_EXPIRY else last
+
+    def is_empty(self) -> bool:
+        """True when the payload holds no entry at all (expired or not)."""
+        return not (self.v4 or self.v6 or self.router_keys or self.aspas)
+
+    def snapshot_at(self, now: int) -> Snapshot:
+        """The entries still valid at ``now`` (an entry is valid while ``now < expires``)."""
+        aspas: dict[int, Aspa] = {}
+        for aspa, expires in self.aspas:
+            if now < expires:
+                old = aspas.get(aspa.customer)
+                aspas[aspa.customer] = aspa if old is None else old.merged(aspa)
+        keys = {k for k, expires in self.router_keys if now < expires}
+        return Snapshot(
+            _valid_keys(self.v4, self.v4_expires, V4_KEY_SIZE, now),
+            _valid_keys(self.v6, self.v6_expires, V6_KEY_SIZE, now),
+            tuple(sorted(keys, key=RouterKey.sort_key)),
+            tuple(aspas[c] for c in sorted(aspas)),
+        )
+
+    def counts(self) -> dict[str, int]:
+        """Entry counts by kind, expired ones included."""
+        return {
+            "vrp_v4": len(self.v4) // V4_KEY_SIZE,
+            "vrp_v6": len(self.v6) // V6_KEY_SIZE,
+            "router_key": len(self.router_keys),
+            "aspa": len({a.customer for a, _ in self.aspas}),
+        }
+
+
+def _valid_keys(packed: bytes, expires: array[int], width: int, now: int) -> bytes:
+    if not expires or min(expires) > now:
+        return packed
+    keys = split_keys(packed, width)
+    return b"".join(k for k, e in zip(keys, expires, strict=True) if now < e)
