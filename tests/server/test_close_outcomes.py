@@ -284,8 +284,9 @@ async def test_a_final_build_past_the_flush_timeout_is_not_persisted_and_the_old
                 client = run.app.client
                 assert client is not None
                 await wait_for(lambda: client.state is ClientState.CLOSING, TIMEOUT)
+                await anyio.sleep(0.5)  # a commit attempt begun before the stop fails (busy)
                 lock.release()  # B could be committed now, but the close holds commits
-                await anyio.sleep(2.5)  # past the flush timeout, the build still runs
+                await anyio.sleep(2.0)  # past the flush timeout, the build still runs
                 release.set()
                 await run.until_ended()
     took = anyio.current_time() - started
