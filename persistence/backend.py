@@ -97,6 +97,8 @@ class ThreadedBackend:
         self._worker = WorkerThread(f"{capabilities.backend}-persistence")
         self._open = False
         self._closed = False
+        #: Why closing the store failed (set on the worker thread, read once `close` is done).
+        self.close_error: Exception | None = None
 
     @property
     def capabilities(self) -> Capabilities:
@@ -146,13 +148,23 @@ class ThreadedBackend:
         )
 
     async def close(self) -> bool:
-        """Close the connection and release the owner lock; bounded by ``close_timeout``."""
+        """Close the connection and release the owner lock; bounded by ``close_timeout``.
+
+        A failing close never raises here (it must not replace a caller's own error): once
+        this returned True, `close_error` says whether and why it failed.
+        """
         if self._closed:
             return not self._worker.alive
         self._closed = True
         self._open = False
-        self._worker.submit(self._store.close_sync)  # runs here when no thread was started
+        self._worker.submit(self._close_sync)  # runs here when no thread was started
         return await self._worker.stop(self._close_timeout)
+
+    def _close_sync(self) -> None:
+        try:
+            self._store.call(self._store.close_sync)
+        except Exception as exc:  # noqa: BLE001 - kept for the owner, who logs and reports it
+            self.close_error = exc
 
     def _check_open(self) -> None:
         if not self._open:

@@ -1,7 +1,8 @@
 """Persistence error classes: transient (retry, memory keeps serving) versus permanent.
 
 Every error carries ``retryable`` and a ``code``: ``persistence_corrupt`` for stored data that
-fails a check, ``persistence_failed`` for everything else (retryable or not).
+fails a check, ``persistence_failed`` for everything else (retryable or not). ``details`` says
+where it happened when that is known (`CloseFailedError`: ``phase`` and ``cause``).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 FAILED = "persistence_failed"
 #: The code of stored data that is damaged or fails a check.
 CORRUPT = "persistence_corrupt"
+#: The ``cause`` of a close whose final (revocation) build raised an unexpected exception.
+REVOCATION_FAILED = "revocation_failed"
 
 
 class PersistenceError(Exception):
@@ -17,6 +20,11 @@ class PersistenceError(Exception):
 
     retryable = False
     code = FAILED
+
+    @property
+    def details(self) -> dict[str, str]:
+        """Where it happened (empty when nothing more is known)."""
+        return {}
 
 
 class TransientError(PersistenceError):
@@ -49,3 +57,18 @@ class MissingExtraError(PersistenceError):
 
 class BackendClosedError(PersistenceError):
     """The backend is not open (never opened, or closed)."""
+
+
+class CloseFailedError(PersistenceError):
+    """The close could not hand over a final state: ``details`` holds ``phase`` and ``cause``."""
+
+    def __init__(self, message: str, *, cause: str, phase: str = "close") -> None:
+        """``cause``: e.g. `REVOCATION_FAILED`; ``phase``: the stage that failed."""
+        super().__init__(message)
+        self.phase = phase
+        self.cause = cause
+
+    @property
+    def details(self) -> dict[str, str]:
+        """``{"phase": ..., "cause": ...}``."""
+        return {"phase": self.phase, "cause": self.cause}

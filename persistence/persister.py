@@ -11,6 +11,13 @@ The persister then keeps a bounded record of that attempt (id, config revision, 
 never the state itself) and, before it commits anything else, reads the stored header: the
 attempt confirms it, the last confirmed state shows it did not happen, and any other state is
 a conflict that is reported, never overwritten.
+
+Closing: `hold` starts no commit until `release` (an owner holds commits while its final state
+is still being built); `stop` ends committing for good (a failed close): the waiting state is
+dropped, later offers are refused and every unsatisfied `flush` raises `PersisterStoppedError`
+at once. A commit already running on the backend's thread still ends all or nothing. When `run`
+ends (cancelled at the close) the same happens to whatever `flush` is still waiting, after the
+commits that did happen satisfied theirs.
 """
 
 from __future__ import annotations
@@ -50,10 +57,14 @@ class PersisterStatus:
     stopped: bool
     #: The id of a commit whose outcome is unknown until the stored header is read again.
     unconfirmed_id: str | None = None
+    #: The code of the error that stopped committing (``persistence_failed``, ...).
+    error_code: str | None = None
+    #: Where that error happened, e.g. ``{"phase": "close", "cause": "revocation_failed"}``.
+    error_details: dict[str, str] | None = None
 
 
 class PersisterStoppedError(PersistenceError):
-    """Raised by `flush` once a permanent error stopped the worker."""
+    """Raised by `flush` once a permanent error, `stop` or the end of `run` stopped the worker."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +121,7 @@ class Persister:
         self._wakeup = anyio.Event()
         self._progress = anyio.Event()
         self._error: PersistenceError | None = None
+        self._held = False
         self.retry_initial = retry_initial
         self.retry_max = retry_max
         self._delay = retry_initial
@@ -140,25 +152,65 @@ class Persister:
 
         With nothing offered yet, waits for the first commit.
 
-        Bound it with a cancel scope. Raises `PersisterStoppedError` after a permanent error.
+        Bound it with a cancel scope. Raises `PersisterStoppedError` once committing stopped
+        (a permanent error, `stop`, the end of `run`) without reaching the target.
         """
         target = self._latest_offered
         while True:
-            if self._error is not None:
-                raise PersisterStoppedError(str(self._error)) from self._error
             receipt = self._last_receipt
             # Nothing offered yet: the first state committed from now on is "a later state".
             if receipt is not None and (target is None or _reached(receipt.state_id, target)):
                 return receipt
+            if self._error is not None:
+                raise PersisterStoppedError(str(self._error)) from self._error
             progress = self._progress
             await progress.wait()
 
+    def hold(self) -> None:
+        """Start no commit (nor retry) until `release`; a running commit goes on."""
+        self._held = True
+
+    def release(self) -> None:
+        """Commit again (the latest state offered, if one waits)."""
+        self._held = False
+        self._wakeup.set()
+
+    def stop(self, error: PersistenceError) -> None:
+        """Stop committing for good because of ``error`` (see the module docstring).
+
+        The caller logs what happened; ``error`` shows in `status` (its ``code`` and
+        ``details`` too). Idempotent: the first error stays.
+        """
+        if self._error is not None:
+            return
+        self._error = error
+        self._pending = None
+        self._status = replace(
+            self._status,
+            pending=False,
+            stopped=True,
+            last_error=str(error),
+            error_code=error.code,
+            error_details=error.details or None,
+        )
+        self._signal()
+
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Commit offered states until cancelled (or until a permanent error)."""
+        try:
+            await self._run(task_status)
+        finally:
+            if self._error is None:  # ended by cancellation (the close): nothing more commits
+                self._error = PersisterStoppedError("the persistence worker has ended")
+                self._pending = None
+                self._status = replace(self._status, pending=False)
+                self._signal()
+
+    async def _run(self, task_status: TaskStatus[None]) -> None:
         task_status.started()
         self._delay = self.retry_initial
         while True:
-            if self._pending is None:
+            if self._pending is None or self._held:
                 await self._wakeup.wait()
                 self._wakeup = anyio.Event()
                 continue
@@ -223,7 +275,7 @@ class Persister:
     def _failed(self, exc: PersistenceError, what: str) -> float | None:
         """Count and log a failure; the seconds to wait before retrying, None once stopped."""
         self._status = replace(
-            self._status, failures=self._status.failures + 1, last_error=str(exc)
+            self._status, failures=self._status.failures + 1, last_error=self._last_error(exc)
         )
         if not exc.retryable:
             self._stop(exc, what)
@@ -276,14 +328,28 @@ class Persister:
             last_commit_wall=self._wall(),
             last_commit_seconds=seconds,
             commits=self._status.commits + 1,
-            last_error=None,
+            last_error=self._last_error(None),
             pending=self._pending is not None,
         )
 
+    def _last_error(self, exc: PersistenceError | None) -> str | None:
+        """What ``last_error`` becomes; the error that stopped committing stays shown."""
+        if self._error is not None:
+            return self._status.last_error
+        return None if exc is None else str(exc)
+
     def _stop(self, exc: PersistenceError, what: str) -> None:
+        if self._error is not None:  # already stopped (`stop`): the first reason stays
+            return
         self._error = exc
         self._pending = None
-        self._status = replace(self._status, pending=False, stopped=True)
+        self._status = replace(
+            self._status,
+            pending=False,
+            stopped=True,
+            error_code=exc.code,
+            error_details=exc.details or None,
+        )
         log.error(
             "%s failed permanently (%s); persistence stopped, the file is left as it is; "
             "routers keep being served from memory",

@@ -9,10 +9,12 @@ With persisted state, start-up runs in this order: owner lock and schema check (
 read with digest checks, time check, rebuild, publish, and only then the network. With
 ``--state-reader`` the app follows another process's SQLite state instead of running sources.
 
-`App.stop` closes in order: the client is closed (no new snapshot), the snapshot in hand is
-published and the last published state handed over, its commit waited for within
+`App.stop` closes in order: commits are held, the client closes (no new snapshot; its tasks
+end), the snapshot in hand is published and handed over, its commit waited for within
 ``flush_timeout`` (`App.abort_stop` cuts that short), then the store and the listeners close;
-`App.shutdown` and one log line say what was persisted. Cancelling `run` stops at once.
+`App.shutdown` and one log line say what was persisted. A failure of the client's close (its
+final build) is the close result ``persistence_failed`` (`ClientRun`) and goes to the host.
+Cancelling `run` stops at once.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import functools
 import logging
 import secrets
 from contextlib import AsyncExitStack
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -43,10 +45,12 @@ from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_
 from rtr_server.server import RtrServer
 from rtr_server.settings import ServerSettings
 from rtr_server.shutdown import (
+    ClientRun,
     Handover,
     ShutdownReport,
     StopRequest,
-    not_persisted,
+    close_failed,
+    close_store,
     persist_last,
     without_persister,
 )
@@ -171,6 +175,9 @@ class App:
         #: How the last orderly stop ended (None until `stop` made `run` close in order).
         self.shutdown: ShutdownReport | None = None
         self._stop = StopRequest()
+        self._client_run = ClientRun(self._stop)
+        #: Why closing the store failed (also in /status); None: it closed, or not yet.
+        self.persistence_close_error: str | None = None
         #: What `_follow` took from the client last and what it handed to the persister.
         self._handover: Handover[ClientSnapshot] = Handover()
 
@@ -298,20 +305,22 @@ class App:
             if self.http is not None:
                 await listeners.start(self.http.serve)
             follow_scope, followed = anyio.CancelScope(), anyio.Event()
-            async with anyio.create_task_group() as work:
-                if self.persister is not None:
-                    await work.start(self.persister.run)
-                await work.start(client.run)
-                work.start_soon(self._follow, follow_scope, followed, name="client snapshots")
-                task_status.started(self)
-                await self._stop.wait()
-                report = await self._close_in_order(client, follow_scope, followed)
-                # Stop the persister: a commit in its thread still ends before the store closes.
-                work.cancel_scope.cancel()
-            if self.backend is not None:
-                await self._close_backend(self.backend)
-            self.shutdown = report
-            report.log(log)
+            try:
+                async with anyio.create_task_group() as work:
+                    if self.persister is not None:
+                        await work.start(self.persister.run)
+                    await work.start(self._client_run.run, client.run, self.persister)
+                    work.start_soon(self._follow, follow_scope, followed, name="client snapshots")
+                    task_status.started(self)
+                    await self._stop.wait()
+                    report = await self._close_in_order(client, follow_scope, followed)
+                    work.cancel_scope.cancel()  # a commit in its thread ends before the close
+            except Exception:  # the client's close failed: say so; the host gets the error
+                if self._client_run.failure is not None and self.persister is not None:
+                    held = self._handover.held(self.persister.persisted)
+                    await self._report(close_failed(self._client_run.failure, held))
+                raise
+            await self._report(report)
             listeners.cancel_scope.cancel()  # routers are told goodbye and the listeners close
 
     async def _close_in_order(
@@ -320,6 +329,8 @@ class App:
         """Take no new snapshot, finish and hand over the one in hand, wait for its commit."""
         started = anyio.current_time()
         deadline = started + self.config.flush_timeout
+        if self.persister is not None:
+            self.persister.hold()  # no commit starts until the final state is known
         if not self._handover.busy:
             follow_scope.cancel()  # idle: waiting for the next snapshot
         with self._stop.bounded(deadline):
@@ -331,6 +342,8 @@ class App:
         if not followed.is_set():
             follow_scope.cancel()  # out of time: the snapshot in hand is dropped
             await followed.wait()  # (a publish or conversion thread cannot be abandoned)
+        with self._stop.bounded(deadline):
+            await self._client_run.wait_ended()  # every client task ended (or failed)
         final = client.get_snapshot()
         taken = self._handover.taken
         if final is not None and (taken is None or final.generation > taken.generation):
@@ -341,7 +354,9 @@ class App:
         serial = None if self.server.state is None else self.server.state.serial.value
         if self.persister is None:
             return without_persister(self.config.state, serial, self.persistence_disabled)
-        report = await persist_last(
+        if self._client_run.ended_cleanly:
+            self.persister.release()  # else the older acknowledged state stays on disk
+        return await persist_last(
             self._handover,
             self.persister,
             self._stop,
@@ -350,16 +365,8 @@ class App:
             deadline=deadline,
             flush_timeout=self.config.flush_timeout,
             started=started,
+            final_built=client.final_view_committed,
         )
-        if not client.final_view_committed:
-            # Never report as persisted a state that lacks a withdrawal decided before the stop.
-            return not_persisted(
-                "the final state",
-                "the sources did not all stop, or a withdrawal decided at the stop was not "
-                "built, within the flush timeout",
-                self._handover.held(self.persister.persisted),
-            )
-        return report
 
     async def _recover(self, location: StateLocation, stack: AsyncExitStack) -> None:
         """Open the store (lock, schema), read and check it, seed the client, publish."""
@@ -437,11 +444,16 @@ class App:
             ids = SessionIds.from_random(secrets.token_bytes(2))
         self.publisher.session_ids = ids
 
+    async def _report(self, report: ShutdownReport) -> None:
+        """Close the store (waiting for a commit still running), then log how the stop ended."""
+        if self.backend is not None:
+            await self._close_backend(self.backend)
+        self.shutdown = replace(report, close_error=self.persistence_close_error)
+        self.shutdown.log(log)
+
     async def _close_backend(self, backend: ThreadedBackend) -> None:
         # Idempotent: the orderly stop closes it before the listeners, the exit stack again.
-        with anyio.CancelScope(shield=True):  # bounded by the backend's close_timeout
-            if not await backend.close():
-                log.warning("persistence worker thread still busy at close")
+        self.persistence_close_error = await close_store(backend, self.persistence_close_error)
 
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
         backend = location.make_backend(read_only=True, wall=self.clock.wall)

@@ -6,6 +6,12 @@ took last and which it handed to the persister. `persist_last` makes sure the la
 state is offered (building it if its hand-over was cut short), waits until a deadline for its
 commit, and says in one line what was and what was not persisted: a state is called persisted
 only on the persister's receipt.
+
+`ClientRun` runs the upstream client for the app: an exception out of it once the stop began (the
+final, revocation build failed) stops the persister at once (`Persister.stop`) and becomes the
+close result `persistence_failed` (phase ``close``, cause ``revocation_failed``; `close_failed`);
+the exception itself still goes to the host. `close_store` closes the store and logs, once, why
+that failed; such a secondary error never replaces the primary outcome.
 """
 
 from __future__ import annotations
@@ -14,25 +20,32 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
+from anyio.abc import TaskStatus
 
+from persistence.backend import ThreadedBackend
+from persistence.errors import REVOCATION_FAILED, CloseFailedError
 from persistence.persister import Persister, PersisterStoppedError
 from persistence.state import StateId
 from snapshot.publisher import PublishedState
 
 __all__ = [
+    "ClientRun",
     "Handover",
     "Offered",
     "ShutdownReport",
     "StopRequest",
+    "close_failed",
+    "close_store",
     "not_persisted",
     "persist_last",
     "without_persister",
 ]
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,12 +66,22 @@ class ShutdownReport:
     persisted: bool | None
     #: The one log line that says so ("" when nothing is persisted by design).
     message: str
+    #: The error code when the close itself failed (``persistence_failed``), else None.
+    code: str | None = None
+    #: Where the close failed, e.g. ``{"phase": "close", "cause": "revocation_failed"}``.
+    details: dict[str, str] | None = None
+    #: Why closing the store failed after that (logged on its own line); None: it closed.
+    close_error: str | None = None
 
     def log(self, logger: logging.Logger) -> None:
         """Write the line (event ``shutdown``): info when persisted, error when not."""
         if self.message:
             level = logging.INFO if self.persisted else logging.ERROR
-            extra = {"event": "shutdown", "persisted": self.persisted}
+            extra: dict[str, Any] = {"event": "shutdown", "persisted": self.persisted}
+            if self.code is not None:
+                extra.update(code=self.code, details=self.details)
+            if self.close_error is not None:
+                extra["close_error"] = self.close_error
             logger.log(level, "%s", self.message, extra=extra)
 
 
@@ -66,6 +89,13 @@ def not_persisted(what: str, reason: str, held: str) -> ShutdownReport:
     """The report of a stop that left ``what`` unpersisted."""
     message = f"shutdown: {what} NOT persisted ({reason}); {held}"
     return ShutdownReport(persisted=False, message=message)
+
+
+def close_failed(error: CloseFailedError, held: str) -> ShutdownReport:
+    """The report of a close that failed (``error``: its code, phase and cause)."""
+    where = ", ".join(f"{key}={value}" for key, value in error.details.items())
+    message = f"shutdown: the final state NOT persisted ({error.code}, {where}: {error}); {held}"
+    return ShutdownReport(persisted=False, message=message, code=error.code, details=error.details)
 
 
 def without_persister(
@@ -200,13 +230,46 @@ async def persist_last(
     deadline: float,
     flush_timeout: float,
     started: float,
+    final_built: bool = True,
 ) -> ShutdownReport:
     """Offer the last published state if it was not, then wait for its commit until ``deadline``.
 
     ``offer`` builds and offers the state of a snapshot (and notes it in ``handover``);
     ``published_serial`` is the serial routers are served (None: nothing was published);
-    ``started`` is the `anyio.current_time` at which the stop began.
+    ``started`` is the `anyio.current_time` at which the stop began; ``final_built`` is False
+    when a withdrawal decided at the stop was not built (nothing is then called persisted).
     """
+    report = await _persist_last(
+        handover,
+        persister,
+        stop,
+        published_serial=published_serial,
+        offer=offer,
+        deadline=deadline,
+        flush_timeout=flush_timeout,
+        started=started,
+    )
+    if final_built:
+        return report
+    return not_persisted(
+        "the final state",
+        "the sources did not all stop, or a withdrawal decided at the stop was not built, "
+        "within the flush timeout",
+        handover.held(persister.persisted),
+    )
+
+
+async def _persist_last(
+    handover: Handover[T],
+    persister: Persister,
+    stop: StopRequest,
+    *,
+    published_serial: int | None,
+    offer: Callable[[T], Awaitable[None]],
+    deadline: float,
+    flush_timeout: float,
+    started: float,
+) -> ShutdownReport:
     taken = handover.taken
     if published_serial is not None and handover.pending and taken is not None:
         # Its hand-over was cut short: necessary cleanup, shielded, within the same deadline.
@@ -236,3 +299,82 @@ async def persist_last(
             )
     what = f"state {last.state_id} (serial {last.serial})"
     return not_persisted(what, reason or stop.cut_short(flush_timeout), held)
+
+
+class ClientRun:
+    """Runs the app's upstream client; tells a failure of its close from a clean end."""
+
+    def __init__(self, stop: StopRequest) -> None:
+        """Nothing runs until `run`; no event loop is needed before."""
+        self._stop = stop
+        self._ended: anyio.Event | None = None
+        #: Why the close failed (an exception out of the client once the stop began).
+        self.failure: CloseFailedError | None = None
+
+    @property
+    def ended_cleanly(self) -> bool:
+        """The client's run returned (every task of it ended) without an error."""
+        return self._ended is not None and self._ended.is_set() and self.failure is None
+
+    async def wait_ended(self) -> None:
+        """Return once the client's run ended (call only after `run` started)."""
+        assert self._ended is not None
+        await self._ended.wait()
+
+    async def run(
+        self,
+        run: Callable[..., Awaitable[None]],
+        persister: Persister | None,
+        *,
+        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """``await run(task_status=...)``; once the stop began, an exception stops ``persister``.
+
+        The persister is stopped as soon as the exception leaves the client (the app holds its
+        commits while closing, so none started since the build failed); the exception itself
+        propagates unchanged.
+        """
+        self._ended = anyio.Event()
+        try:
+            await run(task_status=task_status)
+        except Exception as exc:
+            if self._stop.requested():
+                leaf = _first_leaf(exc)
+                self.failure = CloseFailedError(
+                    f"the final build raised {type(leaf).__name__}: {leaf}",
+                    cause=REVOCATION_FAILED,
+                )
+                if persister is not None:
+                    persister.stop(self.failure)
+            raise
+        finally:
+            self._ended.set()
+
+
+def _first_leaf(exc: BaseException) -> BaseException:
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    return exc
+
+
+async def close_store(backend: ThreadedBackend, known: str | None) -> str | None:
+    """Close ``backend`` (shielded, bounded by its close timeout); why that failed, or None.
+
+    ``known`` is what an earlier call returned: the failure is logged (one error line) only
+    once, and nothing is raised, so that it never replaces a primary error or cancellation.
+    """
+    with anyio.CancelScope(shield=True):
+        finished = await backend.close()
+    if not finished:
+        log.warning("persistence worker thread still busy at close")
+        return known
+    error = backend.close_error
+    if error is None or known is not None:
+        return known
+    text = f"{type(error).__name__}: {error}"
+    log.error(
+        "closing the state store failed (%s); the commits confirmed before it stay",
+        text,
+        extra={"event": "persistence_close_failed", "error": text},
+    )
+    return text

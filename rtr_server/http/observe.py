@@ -157,6 +157,14 @@ class PersistenceView:
     commits: int
     failures: int
     last_error: str | None
+    #: Committing stopped for good (a permanent error, or a failed close).
+    stopped: bool = False
+    #: The code of the error that stopped it (``persistence_failed``, ...) and where it happened,
+    #: e.g. ``{"phase": "close", "cause": "revocation_failed"}``.
+    error_code: str | None = None
+    error_details: dict[str, str] | None = None
+    #: Why closing the store failed (the persistence close phase); None: it did not fail.
+    close_error: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +369,11 @@ def persistence(app: App) -> PersistenceView | None:
         commits=st.commits,
         failures=st.failures,
         last_error=st.last_error,
+        # Read by name: a stand-in status may lack these (they are optional in the protocol).
+        stopped=bool(getattr(st, "stopped", False)),
+        error_code=getattr(st, "error_code", None),
+        error_details=getattr(st, "error_details", None),
+        close_error=getattr(app, "persistence_close_error", None),
     )
 
 

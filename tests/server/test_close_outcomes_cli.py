@@ -1,0 +1,116 @@
+"""Contract L-20 on a real ``rtr-serve --state`` process: a stop whose final build (a decided
+withdrawal) outlasts ``--flush-timeout`` logs NOT persisted and exits 1, and the file keeps the
+older acknowledged state (not the newer state that was still waiting for its commit when the
+stop began). The builds are held by `tests.server.held_build_serve`.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from tests.server.helpers import base_export, updated_export, write_export
+from tests.server.test_cli import free_port
+from tests.server.test_shutdown_state import (
+    QUICK,
+    Serve,
+    ServeLog,
+    is_commit,
+    published,
+    restart_serves,
+    write_locked,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@contextmanager
+def held_build_serve(
+    tmp_path: Path, db: Path, source: Path, *extra: str, backend: str
+) -> Iterator[Serve]:
+    """`tests.server.held_build_serve` with ``--source SOURCE --state sqlite:DB``; killed (if
+    still running) on the way out."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "tests.server.held_build_serve",
+            str(tmp_path / "hold"),
+            str(tmp_path / "release"),
+            "--source",
+            str(source),
+            "--state",
+            f"sqlite:{db}",
+            "--listen",
+            f"127.0.0.1:{port}",
+            "--poll-interval",
+            "0.1",
+            "--log-format",
+            "json",
+            "--async-backend",
+            backend,
+            *extra,
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        cwd=ROOT,
+        env=env,
+    )
+    assert proc.stderr is not None
+    serve = Serve(proc, ServeLog(proc.stderr), port)
+    try:
+        yield serve
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        serve.log.join()
+        proc.stderr.close()
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_final_build_past_the_flush_timeout_exits_1_and_keeps_the_older_state(
+    tmp_path: Path, backend: str
+) -> None:
+    db, source = tmp_path / "state.db", tmp_path / "export.json"
+    withdrawn = base_export()
+    withdrawn["roas"] = withdrawn["roas"][:1]  # the next export withdraws most VRPs
+    write_export(source, base_export())
+    with held_build_serve(tmp_path, db, source, "--flush-timeout", "1", backend=backend) as serve:
+        serve.log.wait(is_commit, QUICK)  # the acknowledged state (serial 0)
+        with write_locked(db):
+            write_export(source, updated_export())
+            serve.log.wait(published(1), QUICK)  # waits for its commit: the file is locked
+            (tmp_path / "hold").touch()
+            write_export(source, withdrawn)
+            serve.log.wait(lambda line: line.get("msg") == "build held", QUICK)
+            serve.proc.send_signal(15)
+            serve.log.wait(lambda line: "shutting down" in str(line.get("msg")), QUICK)
+            time.sleep(0.5)  # a commit attempt begun before the stop fails (0.2 s busy wait)
+        time.sleep(2.0)  # unlocked, past the flush timeout: the build still runs
+        (tmp_path / "release").touch()
+        serve.proc.wait(QUICK)
+        serve.log.join()
+    text = serve.log.text()
+    assert serve.proc.returncode == 1, text
+    (line,) = serve.log.events("shutdown")
+    assert line["persisted"] is False, line
+    assert line["level"] == "error", line
+    assert line["msg"] == (
+        "shutdown: the final state NOT persisted (the sources did not all stop, or a withdrawal "
+        "decided at the stop was not built, within the flush timeout); the store still holds "
+        "1.1 (serial 0)"
+    ), line
+    assert "exit status 1: the last published state is not persisted" in text
+    # What the log says is what the file holds: the restart serves the acknowledged state.
+    (tmp_path / "hold").unlink()
+    restart_serves(db, source, base_export())
