@@ -61,7 +61,7 @@ def check_source_url(url: str) -> None:
     if not sep:
         return
     if scheme in ("http", "https"):
-        from upstream.http_source import parse_http_url
+        from upstream.http_rules import parse_http_url
 
         parse_http_url(url)
     elif scheme == "rtr":

@@ -49,16 +49,10 @@ Contract:
 from __future__ import annotations
 
 import email.utils
-import hashlib
-import ipaddress
 import logging
-import re
 import ssl
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
-from functools import cache
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Final
 
@@ -68,15 +62,27 @@ import httpx
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
-from upstream.decompress import ContentDecoder, decode, decode_flush, decompress
-from upstream.format_error import FormatError, SizeLimitError
-from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS, parse_export
+from upstream.http_body import (
+    Parsed,
+    PollError,
+    Response,
+    describe,
+    digest_and_parse,
+    read_body,
+)
+from upstream.http_rules import (
+    DEFAULT_PORTS,
+    SecretHeaders,
+    default_ssl_context,
+    origin_of,
+    parse_http_url,
+    user_agent,
+)
+from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
 from upstream.source import (
-    Delivery,
     DeliverySink,
     HeldExport,
     HoldsExports,
-    payload_identity,
 )
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
@@ -90,239 +96,6 @@ MAX_REDIRECTS: Final = 5
 #: Statuses that are the environment's fault, retried with backoff besides 5xx.
 RETRY_STATUSES: Final = frozenset({408, 429})
 REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
-#: Headers the source sets itself; ``headers`` may not override them.
-RESERVED_HEADERS: Final = frozenset(
-    {
-        "host",
-        "if-none-match",
-        "if-modified-since",
-        "accept-encoding",
-        "content-length",
-        "transfer-encoding",
-        "connection",
-        "range",
-    }
-)
-#: Decompressors never hand back more than this at once, so size caps are checked in steps.
-_STEP: Final = 1 << 20
-_DEFAULT_PORTS: Final = {"http": 80, "https": 443}
-_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
-_HOSTNAME = re.compile(r"[A-Za-z0-9_.-]+")
-_USERINFO = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*://)[^/?#]*@")
-
-
-@cache
-def user_agent() -> str:
-    """``rtr-serve/<version>`` (``unknown`` when the distribution metadata is not installed)."""
-    try:
-        release = version("rtr-serve")
-    except PackageNotFoundError:
-        release = "unknown"
-    return f"rtr-serve/{release}"
-
-
-@cache
-def _default_ssl_context() -> ssl.SSLContext:
-    # httpx's own default (certifi, or SSL_CERT_FILE / SSL_CERT_DIR); built once, shared.
-    return httpx.create_ssl_context()
-
-
-def _redacted(url: str) -> str:
-    return _USERINFO.sub(r"\1***@", url)
-
-
-def parse_http_url(url: str) -> httpx.URL:
-    """Check a source URL without any I/O.
-
-    Raises:
-        ValueError: not ``http``/``https``, no host, a bad port, user info (credentials belong
-            in ``headers``, which are never logged), blanks or control characters.
-    """
-    if not url or any(c.isspace() or not c.isprintable() for c in url):
-        raise ValueError(f"bad source URL {_redacted(url)!r}: blanks or control characters")
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as exc:
-        raise ValueError(f"bad source URL {_redacted(url)!r}: {exc}") from None
-    if parsed.scheme not in _DEFAULT_PORTS:
-        raise ValueError(
-            f"bad source URL {_redacted(url)!r}: scheme must be http or https, "
-            f"not {parsed.scheme!r}"
-        )
-    if parsed.userinfo:
-        raise ValueError(
-            f"bad source URL {_redacted(url)!r}: credentials in the URL would be logged; "
-            "pass them as a header instead"
-        )
-    host = parsed.host
-    if not host:
-        raise ValueError(f"bad source URL {_redacted(url)!r}: no host")
-    if ":" in host:
-        try:
-            ipaddress.IPv6Address(host)
-        except ValueError:
-            raise ValueError(f"bad source URL {url!r}: bad IPv6 address {host!r}") from None
-    elif not _HOSTNAME.fullmatch(parsed.raw_host.decode("ascii", "replace")):
-        raise ValueError(f"bad source URL {url!r}: bad host name {host!r}")
-    if parsed.port is not None and not 1 <= parsed.port <= 65535:
-        raise ValueError(f"bad source URL {url!r}: port {parsed.port} is not in 1-65535")
-    return parsed
-
-
-def _origin(url: httpx.URL) -> tuple[str, str, int]:
-    return url.scheme, url.host, url.port or _DEFAULT_PORTS.get(url.scheme, 0)
-
-
-class _SecretHeaders:
-    """Extra request headers whose values must never be shown (repr included)."""
-
-    __slots__ = ("items",)
-
-    def __init__(self, headers: Mapping[str, str] | None) -> None:
-        items: list[tuple[str, str]] = []
-        for name, value in (headers or {}).items():
-            if not isinstance(name, str) or not _TOKEN.fullmatch(name):
-                raise ValueError(f"bad header name {name!r}")
-            if name.lower() in RESERVED_HEADERS:
-                raise ValueError(f"header {name!r} is set by the source itself")
-            # The value is never quoted back: it may be the very secret. (h11 would refuse it
-            # later, with the value in its message.)
-            if (
-                not isinstance(value, str)
-                or not all(" " <= c <= "~" or c == "\t" for c in value)
-                or value != value.strip(" \t")
-            ):
-                raise ValueError(
-                    f"header {name!r}: the value must be printable ASCII without blanks at "
-                    "either end"
-                )
-            items.append((name, value))
-        self.items: tuple[tuple[str, str], ...] = tuple(items)
-
-    def scrub(self, text: str) -> str:
-        """``text`` without the header values (a server may echo a token back in a body).
-
-        Whole values go, and so do their longer words (the token of ``Bearer <token>``).
-        """
-        for _, value in self.items:
-            for secret in (value, *value.split()):
-                if len(secret) >= 8:
-                    text = text.replace(secret, "***")
-        return text
-
-    def __repr__(self) -> str:
-        return f"<{len(self.items)} secret header(s)>"
-
-
-class _PollError(Exception):
-    """One failed poll: its class and a message that holds no secret."""
-
-    def __init__(self, error_class: str, message: str, retry_after: float | None = None) -> None:
-        super().__init__(message)
-        self.error_class = error_class
-        self.message = message
-        self.retry_after = retry_after
-
-
-@asynccontextmanager
-async def _closing(iterator: AsyncIterator[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
-    """``aclosing`` for an iterator that may be an async generator (httpx's are).
-
-    This closes only the outermost one: httpx/httpcore nest further generators, which the
-    garbage collector finalises (trio warns about them; encode/httpx#3686). The connection
-    itself is closed at once by leaving ``client.stream``.
-    """
-    try:
-        yield iterator
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
-
-
-def _describe(exc: BaseException) -> str:
-    text = str(exc)
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
-
-
-# ---------------------------------------------------------------- bounded decompression
-
-
-def _content_decoders(header: str | None) -> list[ContentDecoder]:
-    """Decoders in the order to apply them (the reverse of the header's)."""
-    decoders = []
-    for token in reversed((header or "").split(",")):
-        encoding = token.strip().lower()
-        if encoding in ("", "identity"):
-            continue
-        if encoding not in ("gzip", "x-gzip", "deflate"):
-            raise _PollError("http", f"unsupported Content-Encoding {encoding[:40]!r}")
-        decoders.append(ContentDecoder(encoding))
-    return decoders
-
-
-def _too_large(limit: int, what: str) -> _PollError:
-    return _PollError("size", f"{what} exceeds the limit of {limit} bytes")
-
-
-def _decompress_bounded(data: bytes, limit: int) -> bytes:
-    """`json_format.decompress` with an output cap; the cap is a ``size`` failure.
-
-    Raises:
-        FormatError: corrupt or truncated compressed data.
-        _PollError: class ``size`` once the output would exceed ``limit``.
-    """
-    try:
-        return decompress(data, max_size=limit)
-    except SizeLimitError as exc:
-        raise _too_large(limit, f"decompressed {exc.kind} body") from None
-
-
-# ---------------------------------------------------------------- worker-thread step
-
-
-@dataclass(frozen=True, slots=True)
-class _Parsed:
-    digest: bytes
-    delivery: Delivery | None = None
-    failure: _PollError | None = None
-
-
-def _digest_and_parse(
-    chunks: list[bytes], known: tuple[bytes | None, ...], limit: int, max_aspa_providers: int
-) -> _Parsed:
-    """Hash the body; unless the hash is ``known``, decompress and parse it (worker thread)."""
-    sha = hashlib.sha256()
-    for chunk in chunks:
-        sha.update(chunk)
-    digest = sha.digest()
-    if digest in known:
-        return _Parsed(digest)
-    data = b"".join(chunks)
-    chunks.clear()
-    try:
-        data = _decompress_bounded(data, limit)
-        payload = parse_export(data, max_aspa_providers=max_aspa_providers)
-        return _Parsed(digest, Delivery(payload, payload_identity(payload)))
-    except FormatError as exc:
-        return _Parsed(digest, failure=_PollError("format", str(exc)))
-    except _PollError as failure:
-        return _Parsed(digest, failure=failure)
-
-
-# ---------------------------------------------------------------- the source
-
-
-@dataclass(slots=True)
-class _Response:
-    """A 200 (body read in full) or a 304 (no body)."""
-
-    status: int
-    etag: str | None = None
-    last_modified: str | None = None
-    chunks: list[bytes] | None = None
-    raw_bytes: int = 0
-    size: int = 0
 
 
 class HttpSource(HoldsExports):
@@ -384,8 +157,8 @@ class HttpSource(HoldsExports):
         self.timeout = httpx.Timeout(
             connect=connect_timeout, read=read_timeout, write=read_timeout, pool=connect_timeout
         )
-        self._headers = _SecretHeaders(headers)
-        self._origin = _origin(self.url)
+        self._headers = SecretHeaders(headers)
+        self._origin = origin_of(self.url)
         self._verify: ssl.SSLContext | bool
         if not verify:
             if ca_file is not None:
@@ -398,7 +171,7 @@ class HttpSource(HoldsExports):
             except (OSError, ssl.SSLError) as exc:
                 raise ValueError(f"cannot use CA file {ca_file}: {exc}") from None
         else:
-            self._verify = _default_ssl_context()
+            self._verify = default_ssl_context()
         self._client = client
         self.status = SourceStatus(self.name, self.kind, str(self.url))
         #: Consecutive environment failures (the backoff exponent); reset by any other outcome.
@@ -479,7 +252,7 @@ class HttpSource(HoldsExports):
         async with self._make_client() as client:
             yield client
 
-    def _backoff(self, failure: _PollError) -> float:
+    def _backoff(self, failure: PollError) -> float:
         delay = jittered_backoff(self.failures, self.retry_initial, self.retry_max)
         if failure.retry_after is not None:
             delay = max(delay, min(failure.retry_after, self.retry_max))
@@ -489,7 +262,7 @@ class HttpSource(HoldsExports):
 
     async def _poll(
         self, client: httpx.AsyncClient, sink: DeliverySink
-    ) -> tuple[bool, _PollError | None]:
+    ) -> tuple[bool, PollError | None]:
         """(emitted, the environment failure to retry soon, if any)."""
         started = self.clock.monotonic()
         try:
@@ -497,12 +270,12 @@ class HttpSource(HoldsExports):
                 with anyio.fail_after(self.total_timeout):
                     response = await self._fetch(client)
             except TimeoutError:
-                raise _PollError(
+                raise PollError(
                     "environment", f"no complete response within {self.total_timeout:g} s"
                 ) from None
             except (httpx.HTTPError, OSError) as exc:
-                raise _PollError("environment", _describe(exc)) from None
-        except _PollError as failure:
+                raise PollError("environment", describe(exc)) from None
+        except PollError as failure:
             self._failed(failure)
             if failure.error_class == "environment":
                 return False, failure
@@ -519,7 +292,7 @@ class HttpSource(HoldsExports):
             return self._admit_held(sink), None
         assert response.chunks is not None
         parsed = await anyio.to_thread.run_sync(
-            _digest_and_parse,
+            digest_and_parse,
             response.chunks,
             (self._digest, self._rejected_digest),
             self.max_bytes,
@@ -528,7 +301,7 @@ class HttpSource(HoldsExports):
         self._etag, self._last_modified = response.etag, response.last_modified
         return self._evaluated(response, parsed, started, sink), None
 
-    async def _fetch(self, client: httpx.AsyncClient) -> _Response:
+    async def _fetch(self, client: httpx.AsyncClient) -> Response:
         url = self.url
         for _ in range(MAX_REDIRECTS + 1):
             async with client.stream(
@@ -543,15 +316,15 @@ class HttpSource(HoldsExports):
                     url = self._redirect_target(url, response)
                     continue
                 if code == 304:
-                    return _Response(
+                    return Response(
                         304,
                         response.headers.get("etag"),
                         response.headers.get("last-modified"),
                     )
                 if code != 200:
                     raise self._status_failure(response)
-                return await self._read_body(response)
-        raise _PollError("http", f"more than {MAX_REDIRECTS} redirects")
+                return await read_body(response, self.max_bytes, self._count)
+        raise PollError("http", f"more than {MAX_REDIRECTS} redirects")
 
     def _request_headers(self, url: httpx.URL) -> dict[str, str]:
         headers = {
@@ -563,7 +336,7 @@ class HttpSource(HoldsExports):
             headers["If-None-Match"] = self._etag
         if self._last_modified is not None:
             headers["If-Modified-Since"] = self._last_modified
-        if _origin(url) == self._origin:
+        if origin_of(url) == self._origin:
             headers.update(self._headers.items)
         return headers
 
@@ -571,24 +344,24 @@ class HttpSource(HoldsExports):
         code = response.status_code
         location = response.headers.get("location")
         if not location:
-            raise _PollError("http", f"HTTP {code} without a Location")
+            raise PollError("http", f"HTTP {code} without a Location")
         try:
             target = url.join(location)
         except httpx.InvalidURL:
-            raise _PollError("http", f"HTTP {code} to an invalid Location") from None
-        if target.scheme not in _DEFAULT_PORTS or not target.host:
-            raise _PollError("http", f"HTTP {code} to an unsupported {target.scheme!r} URL")
+            raise PollError("http", f"HTTP {code} to an invalid Location") from None
+        if target.scheme not in DEFAULT_PORTS or not target.host:
+            raise PollError("http", f"HTTP {code} to an unsupported {target.scheme!r} URL")
         if url.scheme == "https" and target.scheme == "http":
-            raise _PollError("http", f"HTTP {code} from https to plain http refused")
+            raise PollError("http", f"HTTP {code} from https to plain http refused")
         log.debug("source %s: HTTP %d redirect to %s", self.name, code, target.host)
         return target
 
-    def _status_failure(self, response: httpx.Response) -> _PollError:
+    def _status_failure(self, response: httpx.Response) -> PollError:
         code = response.status_code
         message = f"HTTP {code} {response.reason_phrase[:80]}".rstrip()
         if code >= 500 or code in RETRY_STATUSES:
-            return _PollError("environment", message, self._retry_after(response))
-        return _PollError("http", message)
+            return PollError("environment", message, self._retry_after(response))
+        return PollError("http", message)
 
     def _retry_after(self, response: httpx.Response) -> float | None:
         value = response.headers.get("retry-after", "").strip()
@@ -600,52 +373,17 @@ class HttpSource(HoldsExports):
             return None
         return max(0.0, when.timestamp() - self.clock.wall())
 
-    async def _read_body(self, response: httpx.Response) -> _Response:
-        limit = self.max_bytes
-        declared = response.headers.get("content-length", "")
-        if declared.isdigit() and int(declared) > limit:
-            raise _too_large(limit, f"body (Content-Length {declared})")
-        etag, last_modified = response.headers.get("etag"), response.headers.get("last-modified")
-        if response.is_stream_consumed:
-            # An in-memory response (httpx.Response(content=...) from a test transport) arrives
-            # already read and decoded.
-            body = response.content
-            self.status.bytes_read += len(body)
-            if len(body) > limit:
-                raise _too_large(limit, "body")
-            return _Response(200, etag, last_modified, [body], len(body), len(body))
-        decoders = _content_decoders(response.headers.get("content-encoding"))
-        chunks: list[bytes] = []
-        raw = size = 0
-        try:
-            async with _closing(response.aiter_raw()) as stream:
-                async for data in stream:
-                    raw += len(data)
-                    self.status.bytes_read += len(data)
-                    if raw > limit:
-                        raise _too_large(limit, "body")
-                    for piece in decode(decoders, data):
-                        size += len(piece)
-                        if size > limit:
-                            raise _too_large(limit, "decoded body")
-                        chunks.append(piece)
-            for piece in decode_flush(decoders):
-                size += len(piece)
-                if size > limit:
-                    raise _too_large(limit, "decoded body")
-                chunks.append(piece)
-        except FormatError as exc:  # a corrupt Content-Encoding
-            raise _PollError("format", str(exc)) from None
-        return _Response(200, etag, last_modified, chunks, raw, size)
+    def _count(self, raw: int) -> None:
+        self.status.bytes_read += raw
 
     # ------------------------------------------------------------ status updates
 
-    def _failed(self, failure: _PollError) -> None:
+    def _failed(self, failure: PollError) -> None:
         """Record ``failure`` in `status`, its message scrubbed of the secret header values."""
         failure.message = self._headers.scrub(failure.message)
         self.status.failed(failure.error_class, failure.message, self.clock.wall())
 
-    def _not_modified(self, response: _Response) -> None:
+    def _not_modified(self, response: Response) -> None:
         if response.etag is not None:
             self._etag = response.etag
         if response.last_modified is not None:
@@ -667,7 +405,7 @@ class HttpSource(HoldsExports):
             log.debug("source %s: %s %s", self.name, self.url, how)
 
     def _evaluated(
-        self, response: _Response, parsed: _Parsed, started: float, sink: DeliverySink
+        self, response: Response, parsed: Parsed, started: float, sink: DeliverySink
     ) -> bool:
         if parsed.failure is not None:
             self._last_rejected = True

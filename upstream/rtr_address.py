@@ -3,18 +3,14 @@
 from __future__ import annotations
 
 import ipaddress
-import re
 from urllib.parse import urlsplit
+
+from upstream.hostname import is_hostname
 
 __all__ = ["DEFAULT_PORT", "parse_rtr_url"]
 
 #: IANA port of rpki-rtr over plain TCP (bis §9), used when the URL names none.
 DEFAULT_PORT = 323
-
-_HOSTNAME = re.compile(
-    r"(?=.{1,253}\.?$)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?"
-    r"(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?"
-)
 
 
 def parse_rtr_url(url: str) -> tuple[str, int]:
@@ -53,6 +49,11 @@ def parse_rtr_url(url: str) -> tuple[str, int]:
         if not bracketed or address.version != 6:
             raise ValueError(f"{url!r}: write IPv6 addresses as rtr://[ADDR]:PORT")
         return address.compressed, port
-    if not _HOSTNAME.fullmatch(host):
+    if not host.isascii():
+        try:  # an internationalised name: its ASCII form, as httpx does for HTTP(S) URLs
+            host = host.encode("idna").decode("ascii")
+        except UnicodeError:
+            raise ValueError(f"{url!r}: {host!r} is not a host name or address") from None
+    if not is_hostname(host):
         raise ValueError(f"{url!r}: {host!r} is not a host name or address")
     return host, port

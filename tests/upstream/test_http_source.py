@@ -15,18 +15,14 @@ import anyio
 import httpx
 import pytest
 
-import upstream.http_source
+import upstream.http_body
 from tests.upstream.helpers import FakeClock, export, wait_for
 from tests.upstream.http_server import Reply, ScriptedServer
 from upstream.decompress import decompress
 from upstream.format_error import FormatError
-from upstream.http_source import (
-    HttpSource,
-    _decompress_bounded,
-    _PollError,
-    parse_http_url,
-    user_agent,
-)
+from upstream.http_body import PollError, decompress_bounded
+from upstream.http_rules import parse_http_url, user_agent
+from upstream.http_source import HttpSource
 from upstream.json_format import parse_export
 from upstream.payload import SourcePayload
 from upstream.source import Delivery
@@ -104,7 +100,7 @@ class RecordingSource(HttpSource):
         self.delays: list[float] = []
         self.clients: list[httpx.AsyncClient] = []
 
-    def _backoff(self, failure: _PollError) -> float:
+    def _backoff(self, failure: PollError) -> float:
         delay = super()._backoff(failure)
         self.delays.append(delay)
         return delay
@@ -213,7 +209,7 @@ def test_secret_headers_are_not_in_repr() -> None:
 
 def test_backoff_doubles_with_jitter_up_to_the_cap_and_honours_retry_after() -> None:
     source = HttpSource("http://example.net/x", retry_initial=1.0, retry_max=8.0)
-    failure = _PollError("environment", "HTTP 503")
+    failure = PollError("environment", "HTTP 503")
     for n, ceiling in enumerate([1.0, 2.0, 4.0, 8.0, 8.0, 8.0]):
         source.failures = n
         for _ in range(20):
@@ -221,8 +217,8 @@ def test_backoff_doubles_with_jitter_up_to_the_cap_and_honours_retry_after() -> 
     source.failures = 10_000
     assert source._backoff(failure) <= 8.0
     source.failures = 0
-    assert source._backoff(_PollError("environment", "429", retry_after=5.0)) == 5.0
-    assert source._backoff(_PollError("environment", "429", retry_after=600.0)) == 8.0
+    assert source._backoff(PollError("environment", "429", retry_after=5.0)) == 5.0
+    assert source._backoff(PollError("environment", "429", retry_after=600.0)) == 8.0
 
 
 def test_user_agent_names_rtr_serve() -> None:
@@ -247,11 +243,11 @@ def _samples() -> list[bytes]:
 
 @pytest.mark.parametrize("data", _samples())
 def test_bounded_decompression_matches_decompress(data: bytes) -> None:
-    assert _decompress_bounded(data, 1 << 20) == decompress(data)
+    assert decompress_bounded(data, 1 << 20) == decompress(data)
     if data == decompress(data):
         return  # not compressed: the raw body was counted while it arrived
-    with pytest.raises(_PollError) as caught:
-        _decompress_bounded(data, 1000)
+    with pytest.raises(PollError) as caught:
+        decompress_bounded(data, 1000)
     assert caught.value.error_class == "size"
     assert "exceeds the limit of 1000 bytes" in caught.value.message
 
@@ -268,7 +264,7 @@ def test_bounded_decompression_matches_decompress(data: bytes) -> None:
 )
 def test_bounded_decompression_rejects_corrupt_data(data: bytes) -> None:
     with pytest.raises(FormatError, match="corrupt compressed data"):
-        _decompress_bounded(data, 1 << 20)
+        decompress_bounded(data, 1 << 20)
 
 
 # ---------------------------------------------------------------- loopback HTTP
@@ -678,7 +674,7 @@ async def test_parsing_runs_in_a_worker_thread(
         threads.append(threading.get_ident())
         return parse_export(data, max_aspa_providers=max_aspa_providers)
 
-    monkeypatch.setattr(upstream.http_source, "parse_export", recording_parse)
+    monkeypatch.setattr(upstream.http_body, "parse_export", recording_parse)
     server.script(Reply(200, gzip.compress(BODY1)))
     source = source_for(server.url())
     with anyio.fail_after(5):

@@ -1,0 +1,192 @@
+"""The body of an HTTP export: read within its byte budget, decoded, hashed, parsed.
+
+Every failure is a `PollError` with its class (``size``, ``http``, ``format``) and a message
+that holds no secret; the parse step runs in a worker thread and skips a body whose SHA-256 is
+the content already in force.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from upstream.decompress import ContentDecoder, decode, decode_flush, decompress
+from upstream.format_error import FormatError, SizeLimitError
+from upstream.json_format import parse_export
+from upstream.source import Delivery, payload_identity
+
+__all__ = [
+    "Parsed",
+    "PollError",
+    "Response",
+    "closing",
+    "decompress_bounded",
+    "describe",
+    "digest_and_parse",
+    "read_body",
+    "too_large",
+]
+
+
+class PollError(Exception):
+    """One failed poll: its class and a message that holds no secret."""
+
+    def __init__(self, error_class: str, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.error_class = error_class
+        self.message = message
+        self.retry_after = retry_after
+
+
+@asynccontextmanager
+async def closing(iterator: AsyncIterator[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
+    """``aclosing`` for an iterator that may be an async generator (httpx's are).
+
+    This closes only the outermost one: httpx/httpcore nest further generators, which the
+    garbage collector finalises (trio warns about them; encode/httpx#3686). The connection
+    itself is closed at once by leaving ``client.stream``.
+    """
+    try:
+        yield iterator
+    finally:
+        aclose = getattr(iterator, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def describe(exc: BaseException) -> str:
+    """``Type: message`` of an exception (just the type when it has no message)."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+# ---------------------------------------------------------------- bounded decompression
+
+
+def content_decoders(header: str | None) -> list[ContentDecoder]:
+    """Decoders in the order to apply them (the reverse of the header's)."""
+    decoders = []
+    for token in reversed((header or "").split(",")):
+        encoding = token.strip().lower()
+        if encoding in ("", "identity"):
+            continue
+        if encoding not in ("gzip", "x-gzip", "deflate"):
+            raise PollError("http", f"unsupported Content-Encoding {encoding[:40]!r}")
+        decoders.append(ContentDecoder(encoding))
+    return decoders
+
+
+def too_large(limit: int, what: str) -> PollError:
+    """The ``size`` failure of ``what`` past ``limit`` bytes."""
+    return PollError("size", f"{what} exceeds the limit of {limit} bytes")
+
+
+def decompress_bounded(data: bytes, limit: int) -> bytes:
+    """`json_format.decompress` with an output cap; the cap is a ``size`` failure.
+
+    Raises:
+        FormatError: corrupt or truncated compressed data.
+        PollError: class ``size`` once the output would exceed ``limit``.
+    """
+    try:
+        return decompress(data, max_size=limit)
+    except SizeLimitError as exc:
+        raise too_large(limit, f"decompressed {exc.kind} body") from None
+
+
+# ---------------------------------------------------------------- worker-thread step
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """What the worker-thread step made of a body: its digest and a delivery or a failure."""
+
+    digest: bytes
+    delivery: Delivery | None = None
+    failure: PollError | None = None
+
+
+def digest_and_parse(
+    chunks: list[bytes], known: tuple[bytes | None, ...], limit: int, max_aspa_providers: int
+) -> Parsed:
+    """Hash the body; unless the hash is ``known``, decompress and parse it (worker thread)."""
+    sha = hashlib.sha256()
+    for chunk in chunks:
+        sha.update(chunk)
+    digest = sha.digest()
+    if digest in known:
+        return Parsed(digest)
+    data = b"".join(chunks)
+    chunks.clear()
+    try:
+        data = decompress_bounded(data, limit)
+        payload = parse_export(data, max_aspa_providers=max_aspa_providers)
+        return Parsed(digest, Delivery(payload, payload_identity(payload)))
+    except FormatError as exc:
+        return Parsed(digest, failure=PollError("format", str(exc)))
+    except PollError as failure:
+        return Parsed(digest, failure=failure)
+
+
+@dataclass(slots=True)
+class Response:
+    """A 200 (body read in full) or a 304 (no body)."""
+
+    status: int
+    etag: str | None = None
+    last_modified: str | None = None
+    chunks: list[bytes] | None = None
+    raw_bytes: int = 0
+    size: int = 0
+
+
+async def read_body(
+    response: httpx.Response, limit: int, counted: Callable[[int], None]
+) -> Response:
+    """Read a 200's body in full, undoing its Content-Encoding, within ``limit`` bytes.
+
+    ``counted`` is told every raw byte count as it arrives (the source's ``bytes_read``).
+
+    Raises:
+        PollError: ``size`` past the limit, ``http`` for an unsupported Content-Encoding,
+            ``format`` for a corrupt one.
+    """
+    declared = response.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise too_large(limit, f"body (Content-Length {declared})")
+    etag, last_modified = response.headers.get("etag"), response.headers.get("last-modified")
+    if response.is_stream_consumed:
+        # An in-memory response (httpx.Response(content=...) from a test transport) arrives
+        # already read and decoded.
+        body = response.content
+        counted(len(body))
+        if len(body) > limit:
+            raise too_large(limit, "body")
+        return Response(200, etag, last_modified, [body], len(body), len(body))
+    decoders = content_decoders(response.headers.get("content-encoding"))
+    chunks: list[bytes] = []
+    raw = size = 0
+    try:
+        async with closing(response.aiter_raw()) as stream:
+            async for data in stream:
+                raw += len(data)
+                counted(len(data))
+                if raw > limit:
+                    raise too_large(limit, "body")
+                for piece in decode(decoders, data):
+                    size += len(piece)
+                    if size > limit:
+                        raise too_large(limit, "decoded body")
+                    chunks.append(piece)
+        for piece in decode_flush(decoders):
+            size += len(piece)
+            if size > limit:
+                raise too_large(limit, "decoded body")
+            chunks.append(piece)
+    except FormatError as exc:  # a corrupt Content-Encoding
+        raise PollError("format", str(exc)) from None
+    return Response(200, etag, last_modified, chunks, raw, size)
