@@ -16,7 +16,7 @@ import logging
 import math
 import ssl
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, cast
+from typing import cast
 
 import anyio
 from anyio.abc import ByteStream
@@ -24,17 +24,16 @@ from anyio.abc import ByteStream
 from rtr_server.protocol import (
     NEED_DATA,
     Close,
+    CloseReason,
     ErrorCode,
-    PduType,
-    Send,
+    SendCacheReset,
     SendDelta,
+    SendError,
     SendFull,
     ServerSession,
 )
+from rtr_server.serving import ServingContext
 from rtr_server.settings import ShutdownNotice
-
-if TYPE_CHECKING:
-    from rtr_server.server import RtrServer
 
 log = logging.getLogger(__name__)
 
@@ -64,6 +63,7 @@ class RtrConnection:
         "_aligned",
         "_notify_wanted",
         "_receive_scope",
+        "close_detail",
         "close_reason",
         "peer",
         "server",
@@ -72,7 +72,7 @@ class RtrConnection:
         "stream",
     )
 
-    def __init__(self, stream: ByteStream, server: RtrServer, peer: str) -> None:
+    def __init__(self, stream: ByteStream, server: ServingContext, peer: str) -> None:
         """Wrap an accepted stream; the connection closes it when `run` ends."""
         self.stream = stream
         self.server = server
@@ -81,10 +81,11 @@ class RtrConnection:
         self.session = ServerSession(
             max_version=settings.max_version,
             min_version=settings.min_version,
-            timers=settings.timers,
         )
         self.stats = ConnectionStats()
-        self.close_reason = "unknown"
+        #: Why the session ended (a bounded set) and what exactly happened (for the log).
+        self.close_reason = CloseReason.UNKNOWN
+        self.close_detail = "unknown"
         self._notify_wanted = False
         self._receive_scope: anyio.CancelScope | None = None
         #: False while a write is cut short mid-PDU: nothing more may be sent then.
@@ -104,9 +105,9 @@ class RtrConnection:
         try:
             await self._pump()
         except _QueryTimeoutError:
-            self.close_reason = "no query within the query timeout"
+            self._ended(CloseReason.QUERY_TIMEOUT, "no query within the query timeout")
         except WriteStalledError:
-            self.close_reason = "write stalled"
+            self._ended(CloseReason.WRITE_STALLED, "write stalled")
             if self._aligned:
                 await self._goodbye(ErrorCode.TRANSPORT_FAILURE, "write stalled")
         except (
@@ -115,9 +116,9 @@ class RtrConnection:
             ConnectionError,
             ssl.SSLError,  # TLS: a bad record or an alert from the router
         ) as exc:
-            self.close_reason = f"connection lost ({type(exc).__name__})"
+            self._ended(CloseReason.CONNECTION_LOST, f"connection lost ({type(exc).__name__})")
         except anyio.get_cancelled_exc_class():
-            self.close_reason = "server shutdown"
+            self._ended(CloseReason.SHUTDOWN, "server shutdown")
             with anyio.CancelScope(shield=True):
                 if not self._aligned:
                     pass  # a reply was cut mid-PDU: an Error Report would be misframed
@@ -153,21 +154,23 @@ class RtrConnection:
                 else:
                     self.stats.serial_queries += 1
                     server.stats.serial_queries += 1
-                chunks = await server.responses.response(action)
+                chunks = await server.response(action)
                 for chunk in chunks:
                     await self._write(chunk)
                 session.response_sent()
-                server.response_sent(self, action, sum(map(len, chunks)))
-            elif isinstance(action, Send):
-                self._count_error(action.data)
-                if len(action.data) >= 2 and action.data[1] == PduType.CACHE_RESET:
-                    server.stats.cache_resets += 1
-                    log.info("router %s: serial query answered with Cache Reset", self.peer)
+                server.response_sent(self.peer, action, sum(map(len, chunks)))
+            elif isinstance(action, SendCacheReset):
+                server.stats.cache_resets += 1
+                log.info("router %s: serial query answered with Cache Reset", self.peer)
+                await self._write(action.data)
+            elif isinstance(action, SendError):
+                self._count_error(action.code)
                 await self._write(action.data)
             elif isinstance(action, Close):
-                self.close_reason = action.reason
+                self._ended(action.reason, action.detail)
+                if action.error is not None:
+                    self._count_error(action.error)
                 if action.data:
-                    self._count_error(action.data)
                     await self._write(action.data)
                 return
 
@@ -225,12 +228,15 @@ class RtrConnection:
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
                 pass
 
-    def _count_error(self, data: bytes) -> None:
-        # Octet 1 is the PDU type; Error Reports (10) carry their code in octets 2-3.
-        if len(data) >= 8 and data[1] == 10:
-            code = int.from_bytes(data[2:4], "big")
-            self.stats.errors_sent[code] = self.stats.errors_sent.get(code, 0) + 1
-            self.server.stats.errors_sent[code] = self.server.stats.errors_sent.get(code, 0) + 1
+    def _ended(self, reason: CloseReason, detail: str) -> None:
+        self.close_reason = reason
+        self.close_detail = detail
+
+    def _count_error(self, code: ErrorCode) -> None:
+        number = int(code)
+        self.stats.errors_sent[number] = self.stats.errors_sent.get(number, 0) + 1
+        server_errors = self.server.stats.errors_sent
+        server_errors[number] = server_errors.get(number, 0) + 1
 
 
 class _QueryTimeoutError(Exception):

@@ -17,7 +17,7 @@ import logging
 import math
 import socket
 from collections import Counter
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import cast
 
 import anyio
@@ -28,6 +28,7 @@ from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.connection import RtrConnection
 from rtr_server.protocol import SendDelta, SendFull
 from rtr_server.responses import ResponseCache
+from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
@@ -35,34 +36,6 @@ from snapshot.publisher import PublishedState
 log = logging.getLogger(__name__)
 
 ACCEPT_BACKOFF_MAX = 1.0
-
-
-@dataclass(slots=True)
-class ServerStats:
-    """Server-wide counters (exposed by the operations layer)."""
-
-    #: Connections that got an RTR session (on TLS listeners: after the handshake).
-    accepted: int = 0
-    rejected_max_connections: int = 0
-    rejected_max_per_ip: int = 0
-    #: Closed at accept: the address is outside the listener's allowed networks.
-    rejected_not_allowed: int = 0
-    #: The same, by listener (bound ``HOST:PORT``).
-    rejected_not_allowed_by_listener: Counter[str] = field(default_factory=Counter)
-    #: TLS routers refused: handshake timeout, failed handshake (e.g. no or untrusted
-    #: certificate), certificate without the router's address (8210bis §9.2).
-    tls_handshake_timeouts: int = 0
-    tls_handshake_failures: int = 0
-    rejected_tls_ip_mismatch: int = 0
-    accept_errors: int = 0
-    reset_queries: int = 0
-    serial_queries: int = 0
-    cache_resets: int = 0
-    notifies: int = 0
-    notify_rounds: int = 0
-    bytes_sent: int = 0
-    errors_sent: dict[int, int] = field(default_factory=dict)
-    disconnects: Counter[str] = field(default_factory=Counter)
 
 
 class RtrServer:
@@ -96,15 +69,17 @@ class RtrServer:
         if self._published is not None:
             self._published.set()
 
-    def response_sent(
-        self, connection: RtrConnection, action: SendFull | SendDelta, size: int
-    ) -> None:
+    async def response(self, action: SendFull | SendDelta) -> Sequence[bytes]:
+        """The shared encoded chunks of a full or delta reply (see `ResponseCache`)."""
+        return await self.responses.response(action)
+
+    def response_sent(self, peer: str, action: SendFull | SendDelta, size: int) -> None:
         """Called by a connection after it wrote a full or delta response of ``size`` octets."""
         state = action.state
         if isinstance(action, SendFull):
             log.info(
                 "router %s: reset query v%d -> full table, serial %s (%d bytes)",
-                connection.peer,
+                peer,
                 action.version,
                 state.serial,
                 size,
@@ -119,7 +94,7 @@ class RtrServer:
             log.info(
                 "router %s: serial query v%d from serial %s -> delta to serial %s "
                 "(+%d/-%d VRPs, +%d/-%d router keys, %d/%d ASPA announce/withdraw; %d bytes)",
-                connection.peer,
+                peer,
                 action.version,
                 action.from_serial,
                 state.serial,
@@ -330,7 +305,7 @@ def _log_close(connection: RtrConnection, duration: float) -> None:
         "router %s closed: %s (version %s, session %s, serial %s, %d reset + %d serial queries, "
         "%d notifies, %d bytes sent, %d bytes received, %.1f s)",
         connection.peer,
-        connection.close_reason,
+        connection.close_detail,
         session.version,
         session.session_id,
         serial,
@@ -343,7 +318,8 @@ def _log_close(connection: RtrConnection, duration: float) -> None:
         extra={
             "event": "session_close",
             "peer": connection.peer,
-            "reason": connection.close_reason,
+            "reason": connection.close_detail,
+            "reason_class": connection.close_reason.value,
             "version": session.version,
             "session_id": session.session_id,
             "serial": serial,

@@ -322,34 +322,8 @@ def sessions(app: App) -> SessionsView:
         notify_rounds=stats.notify_rounds,
         bytes_sent=stats.bytes_sent,
         errors_sent=dict(stats.errors_sent),
-        disconnects=dict(disconnect_classes(stats.disconnects)),
+        disconnects={reason.value: n for reason, n in stats.disconnects.items()},
     )
-
-
-def disconnect_class(reason: str) -> str:
-    """A bounded label for a connection's close reason (the reasons carry free text)."""
-    prefixes = (
-        ("peer closed", "peer_closed"),
-        ("no query within", "query_timeout"),
-        ("write stalled", "write_stalled"),
-        ("connection lost", "connection_lost"),
-        ("server shutdown", "shutdown"),
-        ("goodbye", "shutdown"),
-        ("router sent Error Report", "router_error"),
-        ("unknown", "unknown"),
-    )
-    for prefix, label in prefixes:
-        if reason.startswith(prefix):
-            return label
-    return "protocol_error"
-
-
-def disconnect_classes(reasons: Counter[str]) -> Counter[str]:
-    """`ServerStats.disconnects` summed by `disconnect_class`."""
-    out: Counter[str] = Counter()
-    for reason, count in reasons.items():
-        out[disconnect_class(reason)] += count
-    return out
 
 
 # ------------------------------------------------------------------ persistence

@@ -8,6 +8,15 @@ I/O, reads a clock or awaits; the only exception the codec raises is `RtrProtoco
 
 from __future__ import annotations
 
+from rtr_server.protocol.actions import (
+    Action,
+    Close,
+    CloseReason,
+    SendCacheReset,
+    SendDelta,
+    SendError,
+    SendFull,
+)
 from rtr_server.protocol.client import (
     ClientAction,
     ClientSession,
@@ -65,15 +74,7 @@ from rtr_server.protocol.pdu import (
     decode,
     encode,
 )
-from rtr_server.protocol.session import (
-    Action,
-    Close,
-    Send,
-    SendDelta,
-    SendFull,
-    ServerSession,
-    SessionState,
-)
+from rtr_server.protocol.session import ServerSession, SessionState
 
 __all__ = [
     "ANNOUNCE",
@@ -95,6 +96,7 @@ __all__ = [
     "ClientSession",
     "ClientState",
     "Close",
+    "CloseReason",
     "Disconnect",
     "Downgrade",
     "EndOfData",
@@ -112,8 +114,9 @@ __all__ = [
     "ResetQuery",
     "RouterKeyPdu",
     "RtrProtocolError",
-    "Send",
+    "SendCacheReset",
     "SendDelta",
+    "SendError",
     "SendFull",
     "SerialNotify",
     "SerialQuery",

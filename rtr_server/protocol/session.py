@@ -9,9 +9,9 @@ Rule 2: nothing here does I/O or reads a clock. The I/O layer pumps::
 
     session.receive_data(chunk)                  # b"" = EOF
     while (action := session.next_action(publisher.current)) is not NEED_DATA:
-        SendFull / SendDelta -> write session.encode_response(action), then response_sent()
-        Send                 -> write action.data
-        Close                -> write action.data, then close the transport
+        SendFull / SendDelta        -> write the shared encoded reply, then response_sent()
+        SendCacheReset / SendError  -> write action.data
+        Close                       -> write action.data, then close the transport
 
 and asks `ServerSession.serial_notify` / `ServerSession.goodbye` for unsolicited PDUs (rate
 limiting Serial Notify by time is the I/O layer's job).
@@ -27,22 +27,27 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from rtr_server.protocol.actions import (
+    Action,
+    Close,
+    CloseReason,
+    SendCacheReset,
+    SendDelta,
+    SendError,
+    SendFull,
+)
 from rtr_server.protocol.constants import (
     MAX_PDU_SIZE,
     MAX_VERSION,
     ErrorCode,
     PduType,
-    Timers,
     error_code_valid,
 )
 from rtr_server.protocol.encoder import (
     encode_cache_reset,
-    encode_delta_response,
     encode_error_report,
-    encode_full_response,
     encode_serial_notify,
 )
 from rtr_server.protocol.errors import RtrProtocolError
@@ -51,7 +56,7 @@ from rtr_server.protocol.pdu import ErrorReport, Pdu, ResetQuery, SerialQuery
 from snapshot import Serial
 
 if TYPE_CHECKING:
-    from snapshot import Delta, PublishedState
+    from snapshot import PublishedState
 
 
 class SessionState(enum.Enum):
@@ -67,54 +72,6 @@ class SessionState(enum.Enum):
     CLOSED = enum.auto()
 
 
-# ------------------------------------------------------------------------------- actions
-
-
-@dataclass(frozen=True, slots=True)
-class SendFull:
-    """Write the full reply (Cache Response, all payload, End of Data) for ``state``."""
-
-    version: int
-    state: PublishedState
-
-    @property
-    def session_id(self) -> int:
-        """The session id of ``version``, sent in Cache Response and End of Data."""
-        return self.state.session_ids.for_version(self.version)
-
-
-@dataclass(frozen=True, slots=True)
-class SendDelta:
-    """Write the incremental reply from ``from_serial`` to ``state.serial`` (may be empty)."""
-
-    version: int
-    state: PublishedState
-    from_serial: Serial
-    delta: Delta
-
-    @property
-    def session_id(self) -> int:
-        """The session id of ``version``, sent in Cache Response and End of Data."""
-        return self.state.session_ids.for_version(self.version)
-
-
-@dataclass(frozen=True, slots=True)
-class Send:
-    """Write ``data`` (an Error Report or Cache Reset); the session continues."""
-
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Close:
-    """Write ``data`` (may be empty), then close the connection."""
-
-    reason: str
-    data: bytes = b""
-
-
-Action = SendFull | SendDelta | Send | Close
-
 _Handler = Callable[["ServerSession", Pdu, "PublishedState | None"], Action]
 
 
@@ -128,10 +85,10 @@ class ServerSession:
         max_version: highest protocol version offered; the Error 4 reply carries it.
         min_version: lowest version accepted; a lower query gets Error 4 and a close.
         max_pdu_size: largest inbound PDU accepted by the framer.
-        timers: the intervals sent in v1/v2 End of Data by `encode_response`.
     """
 
     __slots__ = (
+        "_close_detail",
         "_close_reason",
         "_framer",
         "_last_serial",
@@ -141,7 +98,6 @@ class ServerSession:
         "_version",
         "max_version",
         "min_version",
-        "timers",
     )
 
     def __init__(
@@ -150,7 +106,6 @@ class ServerSession:
         max_version: int = MAX_VERSION,
         min_version: int = 0,
         max_pdu_size: int = MAX_PDU_SIZE,
-        timers: Timers | None = None,
     ) -> None:
         """Start in AWAITING_QUERY."""
         if not 0 <= min_version <= max_version <= MAX_VERSION:
@@ -160,14 +115,14 @@ class ServerSession:
             )
         self.max_version = max_version
         self.min_version = min_version
-        self.timers = timers if timers is not None else Timers()
         self._framer = PduFramer(max_pdu_size)
         self._state = SessionState.AWAITING_QUERY
         self._version: int | None = None
         self._session_id: int | None = None
         self._last_serial: Serial | None = None
         self._pending: tuple[int, Serial] | None = None
-        self._close_reason = ""
+        self._close_reason = CloseReason.UNKNOWN
+        self._close_detail = ""
 
     # ----------------------------------------------------------------- read-only views
     @property
@@ -222,14 +177,14 @@ class ServerSession:
         if self._state is SessionState.RESPONDING:
             raise RuntimeError("next_action() while a response is being written")
         if self._state is SessionState.CLOSED:
-            return Close(self._close_reason)
+            return Close(self._close_reason, self._close_detail)
         try:
             pdu = self._framer.next_pdu()
         except RtrProtocolError as exc:
             return self._on_framing_error(exc)
         if pdu is NEED_DATA:
             if self._framer.eof:
-                return self._close("peer closed")
+                return self._close(CloseReason.PEER_CLOSED, "peer closed")
             return NEED_DATA
         if (
             self._version is not None
@@ -260,17 +215,6 @@ class ServerSession:
         self._state = SessionState.IDLE
 
     # ----------------------------------------------------------------- output
-    def encode_response(self, action: SendFull | SendDelta) -> list[bytes]:
-        """The wire chunks of a SendFull/SendDelta action, with this session's timers."""
-        state = action.state
-        if isinstance(action, SendFull):
-            return encode_full_response(
-                state.snapshot, action.version, action.session_id, state.serial, self.timers
-            )
-        return encode_delta_response(
-            action.delta, action.version, action.session_id, state.serial, self.timers
-        )
-
     def serial_notify(self, state: PublishedState) -> bytes | None:
         """A Serial Notify for ``state`` at the negotiated version, or None when not allowed.
 
@@ -295,15 +239,22 @@ class ServerSession:
         data = b""
         if version is not None and error_code_valid(code, version):
             data = encode_error_report(version, code, b"", text)
-        self._close(f"goodbye: {ErrorCode(code).name}")
+        self._close(CloseReason.SHUTDOWN, f"goodbye: {ErrorCode(code).name}")
         return data
 
     # ----------------------------------------------------------------- helpers
-    def _close(self, reason: str, data: bytes = b"") -> Close:
+    def _close(
+        self,
+        reason: CloseReason,
+        detail: str,
+        data: bytes = b"",
+        error: ErrorCode | None = None,
+    ) -> Close:
         self._state = SessionState.CLOSED
         self._close_reason = reason
+        self._close_detail = detail
         self._pending = None
-        return Close(reason, data)
+        return Close(reason, detail, data, error if data else None)
 
     def _reply_version(self, pdu_version: int | None) -> int:
         if self._version is not None:
@@ -323,23 +274,24 @@ class ServerSession:
         data = b""
         if error_code_valid(code, version):
             data = self._error(version, code, offending, text)
-        return self._close(text, data)
+        return self._close(CloseReason.PROTOCOL_ERROR, text, data, code)
 
     def _unexpected_version(self, pdu_version: int | None, offending: bytes) -> Close:
         text = f"PDU of version {pdu_version} on a version {self._version} session"
         # Error 8 does not exist in v0 (RFC 6810): _fatal then closes without a report.
         return self._fatal(ErrorCode.UNEXPECTED_PROTOCOL_VERSION, offending, text, None)
 
-    def _unsupported_version(self, offending: bytes, text: str) -> Send:
+    def _unsupported_version(self, offending: bytes, text: str) -> SendError:
         """Error 4 carrying our highest version (bis §7, digest P1); the router may retry."""
-        return Send(
-            self._error(self.max_version, ErrorCode.UNSUPPORTED_PROTOCOL_VERSION, offending, text)
-        )
+        code = ErrorCode.UNSUPPORTED_PROTOCOL_VERSION
+        return SendError(code, self._error(self.max_version, code, offending, text))
 
     def _on_framing_error(self, exc: RtrProtocolError) -> Action:
         if exc.pdu_type == PduType.ERROR_REPORT:
             # Never answer an Error Report, not even a malformed one (bis §5.8, §12).
-            return self._close(f"malformed Error Report received: {exc.text}")
+            return self._close(
+                CloseReason.PROTOCOL_ERROR, f"malformed Error Report received: {exc.text}"
+            )
         if exc.recoverable and self._version is not None and exc.version != self._version:
             return self._unexpected_version(exc.version, exc.offending)
         if exc.code is ErrorCode.UNSUPPORTED_PROTOCOL_VERSION and self._version is None:
@@ -356,16 +308,16 @@ class ServerSession:
             )
         if q < self.min_version:
             text = f"version {q} is no longer supported; lowest is {self.min_version}"
-            return self._close(
-                text,
-                self._error(self.max_version, ErrorCode.UNSUPPORTED_PROTOCOL_VERSION, raw, text),
-            )
+            code = ErrorCode.UNSUPPORTED_PROTOCOL_VERSION
+            data = self._error(self.max_version, code, raw, text)
+            return self._close(CloseReason.PROTOCOL_ERROR, text, data, code)
         self._version = q
         self._state = SessionState.IDLE
         return None
 
-    def _no_data(self, version: int) -> Send:
-        return Send(self._error(version, ErrorCode.NO_DATA_AVAILABLE, b"", "No data available"))
+    def _no_data(self, version: int) -> SendError:
+        code = ErrorCode.NO_DATA_AVAILABLE
+        return SendError(code, self._error(version, code, b"", "No data available"))
 
     def _respond(self, action: SendFull | SendDelta) -> SendFull | SendDelta:
         self._pending = (action.session_id, action.state.serial)
@@ -401,18 +353,20 @@ class ServerSession:
                 version,
             )
         if pdu.session_id != state.session_ids.for_version(version):
-            return Send(encode_cache_reset(version))
+            return SendCacheReset(version, encode_cache_reset(version))
         from_serial = Serial(pdu.serial)
         delta = state.delta_since(from_serial)
         if delta is None:
-            return Send(encode_cache_reset(version))
+            return SendCacheReset(version, encode_cache_reset(version))
         return self._respond(SendDelta(version, state, from_serial, delta))
 
     def _on_error_report(self, pdu: Pdu, _state: PublishedState | None) -> Action:
         assert isinstance(pdu, ErrorReport)
         code = pdu.error_code
         name = code.name if code is not None else f"unknown code {pdu.code}"
-        return self._close(f"router sent Error Report {name}: {pdu.text!r}")
+        return self._close(
+            CloseReason.ROUTER_ERROR, f"router sent Error Report {name}: {pdu.text!r}"
+        )
 
     #: The transition table: every (state, PDU type) pair the cache accepts. RESPONDING and
     #: CLOSED have no entries because `next_action` never consults the table in those states.

@@ -13,6 +13,7 @@ from rtr_server.protocol import (
     CacheReset,
     CacheResponse,
     Close,
+    CloseReason,
     EndOfData,
     ErrorCode,
     ErrorReport,
@@ -22,8 +23,9 @@ from rtr_server.protocol import (
     PduType,
     ResetQuery,
     RouterKeyPdu,
-    Send,
+    SendCacheReset,
     SendDelta,
+    SendError,
     SendFull,
     SerialNotify,
     SerialQuery,
@@ -32,9 +34,11 @@ from rtr_server.protocol import (
     Timers,
     decode,
     encode,
+    encode_delta_response,
+    encode_full_response,
 )
+from rtr_server.protocol.actions import Action
 from rtr_server.protocol.framer import NeedData
-from rtr_server.protocol.session import Action
 from snapshot import Aspa, PublishedState, Publisher, RouterKey, Serial, SessionIds, Snapshot, Vrp
 from tests.protocol.strategies import frame_chunks
 
@@ -73,8 +77,20 @@ def act(session: ServerSession, state: PublishedState | None = STATE_B) -> Actio
     return session.next_action(state)
 
 
+def reply(action: SendFull | SendDelta, timers: Timers | None = None) -> list[bytes]:
+    """The wire chunks of a full or delta reply, as the server's shared encoder makes them."""
+    state, timers = action.state, timers or Timers()
+    if isinstance(action, SendFull):
+        return encode_full_response(
+            state.snapshot, action.version, action.session_id, state.serial, timers
+        )
+    return encode_delta_response(
+        action.delta, action.version, action.session_id, state.serial, timers
+    )
+
+
 def error_of(action: Action | NeedData) -> ErrorReport:
-    assert isinstance(action, Send | Close)
+    assert isinstance(action, SendError | Close)
     pdu = decode(action.data)
     assert isinstance(pdu, ErrorReport)
     return pdu
@@ -82,7 +98,7 @@ def error_of(action: Action | NeedData) -> ErrorReport:
 
 def negotiated(version: int, **kwargs: int) -> ServerSession:
     """A session that answered one Reset Query at ``version`` and is IDLE again."""
-    session = ServerSession(**kwargs)  # type: ignore[arg-type]
+    session = ServerSession(**kwargs)
     feed(session, encode(ResetQuery(version)))
     action = act(session)
     assert isinstance(action, SendFull)
@@ -194,7 +210,7 @@ def test_transition_matrix(state: SessionState, pdu_type: int, version: int) -> 
         assert action.version == version
         assert session.version == version
     elif kind == "send":
-        assert isinstance(action, Send)
+        assert isinstance(action, SendError)
         assert session.version is None
     else:
         assert isinstance(action, Close)
@@ -224,7 +240,7 @@ def test_error_4_carries_max_version_digest_vector() -> None:
     text = b"version 2 is not supported; highest is 1"
     # The digest vector (version 1, code 4, the v2 query echoed) plus our diagnostic text.
     # fmt: off
-    assert act(session) == Send(bytes([
+    assert act(session) == SendError(ErrorCode.UNSUPPORTED_PROTOCOL_VERSION, bytes([
         0x01, 0x0A, 0x00, 0x04,  0, 0, 0, 24 + len(text),  0, 0, 0, 8,
         0x02, 0x02, 0x00, 0x00,  0x00, 0x00, 0x00, 0x08,  0, 0, 0, len(text),
     ]) + text)
@@ -274,14 +290,11 @@ def test_downgrade_accepted(version: int) -> None:
 def test_v0_version_change_closes_without_error() -> None:
     session = negotiated(0)
     feed(session, encode(ResetQuery(1)))
-    assert act(session) == Close(session_reason(session), b"")
-    assert session.state is SessionState.CLOSED
-
-
-def session_reason(session: ServerSession) -> str:
-    action = session.next_action(None)
+    action = act(session)
     assert isinstance(action, Close)
-    return action.reason
+    assert (action.reason, action.data, action.error) == (CloseReason.PROTOCOL_ERROR, b"", None)
+    assert session.state is SessionState.CLOSED
+    assert act(session) == Close(CloseReason.PROTOCOL_ERROR, action.detail)  # stays closed
 
 
 @pytest.mark.parametrize(("have", "got"), [(1, 2), (2, 1), (1, 0), (2, 0)])
@@ -305,7 +318,8 @@ def test_error_report_of_other_version_closes_silently() -> None:
     action = act(session)
     assert isinstance(action, Close)
     assert action.data == b""
-    assert "INTERNAL_ERROR" in action.reason
+    assert action.reason is CloseReason.ROUTER_ERROR
+    assert "INTERNAL_ERROR" in action.detail
 
 
 def test_malformed_error_report_closes_silently() -> None:
@@ -322,7 +336,7 @@ def test_unknown_error_code_closes_silently() -> None:
     action = act(session)
     assert isinstance(action, Close)
     assert action.data == b""
-    assert "unknown code 99" in action.reason
+    assert "unknown code 99" in action.detail
 
 
 # ------------------------------------------------------------------------------- serial query
@@ -331,7 +345,7 @@ def test_unknown_error_code_closes_silently() -> None:
 def test_serial_query_unknown_session_on_fresh_connection_is_cache_reset() -> None:
     session = ServerSession()
     feed(session, encode(SerialQuery(1, 0xDEAD, STATE_B.serial.value)))
-    assert act(session) == Send(encode(CacheReset(1)))
+    assert act(session) == SendCacheReset(1, encode(CacheReset(1)))
     assert session.state is SessionState.IDLE
     assert session.version == 1
     assert session.session_id is None
@@ -352,7 +366,7 @@ def test_serial_query_after_cache_restart_with_new_session_ids_is_cache_reset() 
     session = negotiated(2)
     (restarted,) = states(SNAP_B, ids=SessionIds(0x0A0A, 0x0B0B, 0x0C0C))
     feed(session, encode(SerialQuery(2, IDS.v2, STATE_B.serial.value)))
-    assert act(session, restarted) == Send(encode(CacheReset(2)))
+    assert act(session, restarted) == SendCacheReset(2, encode(CacheReset(2)))
     assert session.state is SessionState.IDLE
 
 
@@ -360,7 +374,7 @@ def test_serial_query_after_cache_restart_with_new_session_ids_is_cache_reset() 
 def test_serial_outside_window_is_cache_reset(serial: int) -> None:
     session = ServerSession()
     feed(session, encode(SerialQuery(2, IDS.v2, serial)))
-    assert act(session) == Send(encode(CacheReset(2)))
+    assert act(session) == SendCacheReset(2, encode(CacheReset(2)))
 
 
 def test_serial_current_gives_empty_delta() -> None:
@@ -370,7 +384,7 @@ def test_serial_current_gives_empty_delta() -> None:
     assert isinstance(action, SendDelta)
     assert action.delta.is_empty()
     assert action.from_serial == STATE_B.serial
-    chunks = session.encode_response(action)
+    chunks = reply(action)
     assert frame_chunks(chunks) == [
         CacheResponse(1, IDS.v1),
         EndOfData(1, IDS.v1, STATE_B.serial.value, Timers()),
@@ -381,14 +395,14 @@ def test_serial_current_gives_empty_delta() -> None:
 
 
 def test_serial_in_window_gives_delta() -> None:
-    session = ServerSession(timers=Timers(60, 30, 600))
+    session = ServerSession()
     feed(session, encode(SerialQuery(2, IDS.v2, STATE_A.serial.value)))
     action = act(session)
     assert isinstance(action, SendDelta)
     assert action.delta == STATE_B.delta_since(STATE_A.serial)
     assert not action.delta.is_empty()
     assert action.session_id == IDS.v2
-    out = frame_chunks(session.encode_response(action))
+    out = frame_chunks(reply(action, Timers(60, 30, 600)))
     assert out[0] == CacheResponse(2, IDS.v2)
     assert out[-1] == EndOfData(2, IDS.v2, STATE_B.serial.value, Timers(60, 30, 600))
     assert AspaPdu(2, 1, 64496, (64497, 64498)) in out
@@ -399,7 +413,8 @@ def test_no_data_is_error_2_and_stays_open(query: ResetQuery | SerialQuery) -> N
     session = ServerSession()
     feed(session, encode(query))
     action = act(session, None)
-    assert isinstance(action, Send)
+    assert isinstance(action, SendError)
+    assert action.code is ErrorCode.NO_DATA_AVAILABLE
     assert decode(action.data) == ErrorReport(
         1, ErrorCode.NO_DATA_AVAILABLE, b"", "No data available"
     )
@@ -416,7 +431,7 @@ def test_full_response_round_trip() -> None:
     action = act(session, STATE_A)
     assert isinstance(action, SendFull)
     assert action.session_id == IDS.v2
-    out = frame_chunks(session.encode_response(action))
+    out = frame_chunks(reply(action))
     assert out[0] == CacheResponse(2, IDS.v2)
     assert out[-1] == EndOfData(2, IDS.v2, STATE_A.serial.value, Timers())
     assert len(out) == 2 + 2 + 1 + 1
@@ -464,9 +479,9 @@ def test_need_data_then_eof_closes() -> None:
     assert isinstance(act(session), SendFull)
     session.response_sent()
     session.receive_data(b"")
-    assert act(session) == Close("peer closed")
+    assert act(session) == Close(CloseReason.PEER_CLOSED, "peer closed")
     assert session.state is SessionState.CLOSED
-    assert act(session) == Close("peer closed")  # idempotent
+    assert act(session) == Close(CloseReason.PEER_CLOSED, "peer closed")  # idempotent
     session.receive_data(b"ignored after close")
 
 
@@ -580,11 +595,10 @@ def test_goodbye_while_responding() -> None:
 )
 def test_constructor_validation(kwargs: dict[str, int]) -> None:
     with pytest.raises(ValueError, match="min_version"):
-        ServerSession(**kwargs)  # type: ignore[arg-type]
+        ServerSession(**kwargs)
 
 
-def test_default_timers() -> None:
-    assert ServerSession().timers == Timers()
+def test_the_first_published_serial_is_0() -> None:
     assert Serial(0) == STATE_A.serial
 
 
@@ -620,17 +634,27 @@ def test_session_fuzz(data: bytes, versions: tuple[int, int], have_data: bool) -
         assert action is not NEED_DATA  # EOF was fed: the session always decides
         if isinstance(action, SendFull | SendDelta):
             assert have_data
-            chunks = session.encode_response(action)
+            chunks = reply(action)
             written += [p for p in frame_chunks(chunks) if not isinstance(p, tuple)]
             session.response_sent()
             continue
-        assert isinstance(action, Send | Close)
+        assert isinstance(action, SendError | SendCacheReset | Close)
         if action.data:
             pdu = decode(action.data)
             assert isinstance(pdu, ErrorReport | CacheReset)
             if isinstance(pdu, ErrorReport):
                 assert pdu.pdu[1:2] != b"\x0a"  # never echo (answer) an Error Report
+                # The action's facts are those of its bytes: nobody re-parses them.
+                assert isinstance(action, SendError | Close)
+                assert (action.code if isinstance(action, SendError) else action.error) == (
+                    pdu.code
+                )
+            else:
+                assert isinstance(action, SendCacheReset)
+                assert action.version == pdu.version
             written.append(pdu)
+        elif isinstance(action, Close):
+            assert action.error is None
         if isinstance(action, Close):
             break
     assert session.state is SessionState.CLOSED

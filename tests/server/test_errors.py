@@ -10,6 +10,7 @@ import pytest
 
 from rtr_server.protocol import (
     CacheResponse,
+    CloseReason,
     EndOfData,
     ErrorReport,
     SerialNotify,
@@ -188,7 +189,7 @@ async def test_query_timeout(export_path: Path) -> None:
             elapsed = anyio.current_time() - started
             assert 0.2 <= elapsed < 2.5
             await wait_until(
-                lambda: app.server.stats.disconnects["no query within the query timeout"] == 1,
+                lambda: app.server.stats.disconnects[CloseReason.QUERY_TIMEOUT] == 1,
                 what="the disconnect to be counted",
             )
             # ... while a negotiated idle session is not subject to it.

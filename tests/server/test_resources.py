@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.protocol import SessionState
+from rtr_server.protocol import CloseReason, SessionState
 from rtr_server.server import RtrServer
 from tests.server.helpers import (
     app_config,
@@ -102,7 +102,7 @@ async def test_stalled_reader_is_dropped_after_write_timeout() -> None:
                 lambda: connection_of(server, sock_a) is None, what="the stalled router to go"
             )
             assert anyio.current_time() - started >= 0.5
-            assert server.stats.disconnects["write stalled"] == 1
+            assert server.stats.disconnects[CloseReason.WRITE_STALLED] == 1
             assert not server.connections
             # Others are served normally afterwards.
             async with await RtrClient.connect(port) as b:
@@ -127,7 +127,8 @@ async def test_stalled_reader_never_gets_a_misframed_pdu() -> None:
     async with running_server(server) as port:
         with stuck_reader(port, 2) as sock_a:
             conn = await stalled_connection(server, sock_a)
-            await wait_until(lambda: conn.close_reason != "unknown", what="the stall")
-            assert conn.close_reason == "write stalled"
+            await wait_until(lambda: conn.close_reason is not CloseReason.UNKNOWN, what="the stall")
+            assert conn.close_reason is CloseReason.WRITE_STALLED
+            assert conn.close_detail == "write stalled"
             received = await anyio.to_thread.run_sync(read_until_closed, sock_a)
     assert_clean_prefix(received, expected, pdu_size=20, goodbye_code=10)

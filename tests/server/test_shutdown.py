@@ -10,6 +10,7 @@ import anyio
 import pytest
 
 from rtr_server.app import App, make_clock
+from rtr_server.protocol import CloseReason
 from rtr_server.server import RtrServer
 from rtr_server.settings import ShutdownNotice
 from tests.server.helpers import (
@@ -88,7 +89,7 @@ async def test_shutdown_mid_response_never_misframes() -> None:
                 # The router reads again while the server is shutting down.
                 with anyio.CancelScope(shield=True):
                     received = await anyio.to_thread.run_sync(read_until_closed, sock)
-        assert server.stats.disconnects["server shutdown"] == 1
+        assert server.stats.disconnects[CloseReason.SHUTDOWN] == 1
     finally:
         if sock is not None:
             sock.close()

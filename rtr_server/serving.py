@@ -1,0 +1,74 @@
+"""What a router connection needs from its server: settings, the current state, shared replies.
+
+`RtrConnection` depends on this `ServingContext` Protocol only (never on `RtrServer`), and
+counts into the server-wide `ServerStats` it exposes.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from rtr_server.protocol import CloseReason, SendDelta, SendFull
+from rtr_server.settings import ServerSettings
+from snapshot.publisher import PublishedState
+
+__all__ = ["ServerStats", "ServingContext"]
+
+
+@dataclass(slots=True)
+class ServerStats:
+    """Server-wide counters (exposed by the operations layer)."""
+
+    #: Connections that got an RTR session (on TLS listeners: after the handshake).
+    accepted: int = 0
+    rejected_max_connections: int = 0
+    rejected_max_per_ip: int = 0
+    #: Closed at accept: the address is outside the listener's allowed networks.
+    rejected_not_allowed: int = 0
+    #: The same, by listener (bound ``HOST:PORT``).
+    rejected_not_allowed_by_listener: Counter[str] = field(default_factory=Counter)
+    #: TLS routers refused: handshake timeout, failed handshake (e.g. no or untrusted
+    #: certificate), certificate without the router's address (8210bis §9.2).
+    tls_handshake_timeouts: int = 0
+    tls_handshake_failures: int = 0
+    rejected_tls_ip_mismatch: int = 0
+    accept_errors: int = 0
+    reset_queries: int = 0
+    serial_queries: int = 0
+    cache_resets: int = 0
+    notifies: int = 0
+    notify_rounds: int = 0
+    bytes_sent: int = 0
+    errors_sent: dict[int, int] = field(default_factory=dict)
+    #: Closed router sessions by why they ended.
+    disconnects: Counter[CloseReason] = field(default_factory=Counter)
+
+
+class ServingContext(Protocol):
+    """The server as its connections see it."""
+
+    @property
+    def settings(self) -> ServerSettings:
+        """The listener-independent serving settings (versions, timeouts, chunk size)."""
+        ...
+
+    @property
+    def state(self) -> PublishedState | None:
+        """The state routers are served now (None before the first publish)."""
+        ...
+
+    @property
+    def stats(self) -> ServerStats:
+        """The server-wide counters a connection adds to."""
+        ...
+
+    async def response(self, action: SendFull | SendDelta) -> Sequence[bytes]:
+        """The shared encoded chunks of a full or delta reply."""
+        ...
+
+    def response_sent(self, peer: str, action: SendFull | SendDelta, size: int) -> None:
+        """A connection wrote a full or delta reply of ``size`` octets to ``peer``."""
+        ...
