@@ -2,12 +2,22 @@
 
 Both SQLite and DuckDB run exactly these statements. Networks are an address family plus 4 or 16
 network octets, ASNs BIGINT, times signed integer microseconds UTC; ``seq`` keeps each source's
-order so the digest can be recomputed from what is read.
+order so the digest can be recomputed from what is read. The stored evaluation times
+(``header.observed_at``, ``header.evaluated_digest``, ``sources.evaluated_at``) came later and
+are nullable, so that a file written before them keeps its meaning (see `TIME_COLUMNS`).
 """
 
 from __future__ import annotations
 
 from persistence.state import SCHEMA_VERSION
+
+#: Columns added to schema 2 after its first release, per table, with their SQL type. They are
+#: nullable (NULL: written before they existed); `persistence.meta_rows` adds them to an older
+#: file and reads both layouts.
+TIME_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
+    "header": (("observed_at", "BIGINT"), ("evaluated_digest", "BLOB")),
+    "sources": (("evaluated_at", "BIGINT"),),
+}
 
 TABLES = ("schema_info", "header", "sources", "vrps", "router_keys", "aspas", "aspa_providers")
 
@@ -31,7 +41,9 @@ DDL = (
         written_at BIGINT NOT NULL,
         state_digest BLOB NOT NULL,
         header_digest BLOB NOT NULL,
-        package_version TEXT NOT NULL
+        package_version TEXT NOT NULL,
+        observed_at BIGINT,
+        evaluated_digest BLOB
     )""",
     """CREATE TABLE sources (
         source_id INTEGER NOT NULL,
@@ -46,7 +58,8 @@ DDL = (
         expires_at BIGINT NOT NULL,
         rtr_session INTEGER,
         rtr_serial BIGINT,
-        generated_at BIGINT
+        generated_at BIGINT,
+        evaluated_at BIGINT
     )""",
     """CREATE TABLE vrps (
         source_id INTEGER NOT NULL,
@@ -95,6 +108,7 @@ HEADER_COLUMNS = (
     "state_digest",
     "header_digest",
     "package_version",
+    *(name for name, _ in TIME_COLUMNS["header"]),
 )
 SOURCE_COLUMNS = (
     "source_id",
@@ -110,6 +124,7 @@ SOURCE_COLUMNS = (
     "rtr_session",
     "rtr_serial",
     "generated_at",
+    *(name for name, _ in TIME_COLUMNS["sources"]),
 )
 VRP_COLUMNS = (
     "source_id",
@@ -161,4 +176,4 @@ RANGE_CHECKS = (
     ),
 )
 
-__all__ = ["DDL", "SCHEMA_VERSION", "TABLES"]
+__all__ = ["DDL", "SCHEMA_VERSION", "TABLES", "TIME_COLUMNS"]

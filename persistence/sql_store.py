@@ -7,6 +7,7 @@ something with ``fetchone``/``fetchall``.
 
 from __future__ import annotations
 
+import logging
 import struct
 import uuid
 from abc import ABC, abstractmethod
@@ -24,6 +25,18 @@ from persistence.errors import (
     UnsupportedSchemaError,
 )
 from persistence.lock import OwnerLock
+from persistence.meta_rows import (
+    add_columns,
+    checked_observed_at,
+    header_row,
+    missing_columns,
+    read_header,
+    source_fields,
+    source_row,
+    source_rows,
+)
+from persistence.meta_rows import as_blob as _blob
+from persistence.meta_rows import as_int as _int
 from persistence.schema import (
     ASPA_COLUMNS,
     DDL,
@@ -42,12 +55,10 @@ from persistence.state import (
     SourceRecord,
     StateHeader,
     StateId,
-    header_digest,
-    kinds_to_mask,
-    mask_to_kinds,
 )
 from snapshot.model import Aspa, PayloadError, RouterKey
 
+log = logging.getLogger(__name__)
 R = TypeVar("R")
 #: Rows per insert or fetch batch.
 BATCH = 256
@@ -160,23 +171,37 @@ class SqlStore(ABC):
 
     # ------------------------------------------------------------------ schema
     def ensure_schema(self, created_at: int) -> None:
-        """Create the schema in an empty database; refuse any other schema."""
+        """Create the schema in an empty database; refuse any other schema.
+
+        A schema-2 file written before the time columns gets them (`persistence.meta_rows`).
+        """
         tables = self._table_names()
         if not tables:
-            self._begin(write=True)
-            try:
-                for statement in DDL:
-                    self._conn().execute(statement)
-                self._conn().execute(
-                    "INSERT INTO schema_info VALUES (?, ?, ?)",
-                    (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
-                )
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+            self._in_write(self._create, created_at)
             tables = self._table_names()
         self.check_schema(tables)
+        missing = missing_columns(self._conn())
+        if missing:
+            self._in_write(add_columns, self._conn(), missing)
+            log.info("%s: added the columns %s", self.path, ", ".join(c for _, c, _ in missing))
+
+    def _create(self, created_at: int) -> None:
+        for statement in DDL:
+            self._conn().execute(statement)
+        self._conn().execute(
+            "INSERT INTO schema_info VALUES (?, ?, ?)",
+            (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
+        )
+
+    def _in_write(self, fn: Callable[..., object], *args: Any) -> None:
+        """``fn(*args)`` in one write transaction (rolled back on any error)."""
+        self._begin(write=True)
+        try:
+            fn(*args)
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
 
     def check_schema(self, tables: set[str] | None = None) -> None:
         """Refuse a database whose schema is not exactly version 2 of ours."""
@@ -209,34 +234,7 @@ class SqlStore(ABC):
             self._rollback()
 
     def _read_header(self) -> StateHeader | None:
-        cols = ", ".join(HEADER_COLUMNS)
-        rows = self._conn().execute(f"SELECT {cols} FROM header").fetchall()  # noqa: S608
-        if not rows:
-            return None
-        if len(rows) != 1:
-            raise CorruptStateError(f"the header table holds {len(rows)} rows, not 1")
-        try:
-            row = rows[0]
-            header = StateHeader(
-                schema_version=_int(row[0]),
-                store_id=_text(row[1]),
-                state_id=StateId(_int(row[2]), _int(row[3])),
-                config_revision=_int(row[4]),
-                serial=_int(row[5]),
-                session_ids=(_int(row[6]), _int(row[7]), _int(row[8])),
-                published_at=_int(row[9]),
-                written_at=_int(row[10]),
-                state_digest=_blob(row[11]),
-                header_digest=_blob(row[12]),
-                package_version=_text(row[13]),
-            )
-        except (TypeError, ValueError) as exc:
-            raise CorruptStateError(f"header: {exc}") from exc
-        if header.computed_digest() != header.header_digest:
-            raise CorruptStateError("header digest mismatch")
-        if header.schema_version != SCHEMA_VERSION or header.store_id != self.store_id:
-            raise CorruptStateError("header schema version or store id disagrees with schema_info")
-        return header
+        return read_header(self._conn(), self.store_id)
 
     def read_state_sync(self) -> tuple[StateHeader, PersistedState] | None:
         """The whole verified state in one read transaction, or None if nothing was committed."""
@@ -250,7 +248,8 @@ class SqlStore(ABC):
                 if bad:
                     raise CorruptStateError(f"{table}: {bad} rows break a type or range rule")
             try:
-                sources = self._read_sources()
+                sources = self._read_sources(header)
+                observed_at = checked_observed_at(header, sources)
             except KeyError as exc:
                 raise CorruptStateError(f"payload rows of unknown source id {exc}") from exc
             except (TypeError, ValueError, OverflowError, struct.error, PayloadError) as exc:
@@ -267,6 +266,7 @@ class SqlStore(ABC):
                 published_at=header.published_at,
                 package_version=header.package_version,
                 sources=sources,
+                observed_at=observed_at,
             )
         except ValueError as exc:  # e.g. two sources of one name
             raise CorruptStateError(f"sources: {exc}") from exc
@@ -279,10 +279,9 @@ class SqlStore(ABC):
         while rows := cursor.fetchmany(BATCH):
             yield from rows
 
-    def _read_sources(self) -> tuple[SourceRecord, ...]:
-        cols = ", ".join(SOURCE_COLUMNS)
-        meta = self._conn().execute(f"SELECT {cols} FROM sources ORDER BY source_id").fetchall()  # noqa: S608
-        ids = [_int(row[0]) for row in meta]
+    def _read_sources(self, header: StateHeader) -> tuple[SourceRecord, ...]:
+        meta = source_rows(self._conn())
+        ids = [_int(row["source_id"]) for row in meta]
         if len(set(ids)) != len(ids):
             raise CorruptStateError("duplicate source ids")
         v4: dict[int, list[bytes]] = {i: [] for i in ids}
@@ -321,21 +320,10 @@ class SqlStore(ABC):
             raise CorruptStateError("ASPA providers without their ASPA")
         records = []
         for row in meta:
-            sid = _int(row[0])
+            sid = _int(row["source_id"])
             records.append(
                 SourceRecord(
-                    name=_text(row[1]),
-                    group=_text(row[2]),
-                    kind=_text(row[3]),
-                    location=_text(row[4]),
-                    complete=bool(_int(row[5])),
-                    capabilities=mask_to_kinds(_int(row[6])),
-                    selected=mask_to_kinds(_int(row[7])),
-                    accepted_at=_int(row[8]),
-                    expires_at=_int(row[9]),
-                    rtr_session=None if row[10] is None else _int(row[10]),
-                    rtr_serial=None if row[11] is None else _int(row[11]),
-                    generated_at=None if row[12] is None else _int(row[12]),
+                    **source_fields(row, header),
                     v4=b"".join(v4[sid]),
                     v4_expires=v4_exp[sid],
                     v6=b"".join(v6[sid]),
@@ -375,27 +363,7 @@ class SqlStore(ABC):
         for table in TABLES[1:]:
             conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
         for sid, source in enumerate(state.sources):
-            self._insert(
-                "sources",
-                SOURCE_COLUMNS,
-                [
-                    (
-                        sid,
-                        source.name,
-                        source.group,
-                        source.kind,
-                        source.location,
-                        int(source.complete),
-                        kinds_to_mask(source.capabilities),
-                        kinds_to_mask(source.selected),
-                        source.accepted_at,
-                        source.expires_at,
-                        source.rtr_session,
-                        source.rtr_serial,
-                        source.generated_at,
-                    )
-                ],
-            )
+            self._insert("sources", SOURCE_COLUMNS, [source_row(sid, source)])
             for batch in batches(_vrp_rows(sid, source)):
                 self._insert("vrps", VRP_COLUMNS, batch)
             key_rows = (
@@ -417,38 +385,7 @@ class SqlStore(ABC):
             )
             for batch in batches(provider_rows):
                 self._insert("aspa_providers", PROVIDER_COLUMNS, batch)
-        sessions = state.session_ids
-        self._insert(
-            "header",
-            HEADER_COLUMNS,
-            [
-                (
-                    SCHEMA_VERSION,
-                    state.store_id,
-                    state.state_id.epoch,
-                    state.state_id.generation,
-                    state.config_revision,
-                    state.serial,
-                    *sessions,
-                    state.published_at,
-                    written_at,
-                    digest,
-                    header_digest(
-                        SCHEMA_VERSION,
-                        state.store_id,
-                        state.state_id,
-                        state.config_revision,
-                        state.serial,
-                        sessions,
-                        state.published_at,
-                        written_at,
-                        digest,
-                        state.package_version,
-                    ),
-                    state.package_version,
-                )
-            ],
-        )
+        self._insert("header", HEADER_COLUMNS, [header_row(state, digest, written_at)])
 
 
 def _check_cas(
@@ -474,24 +411,6 @@ def _vrp_rows(sid: int, source: SourceRecord) -> Iterator[Row]:
         for (net, max_len, plen, asn), exp in zip(unpack(keys), expires, strict=True):
             yield (sid, family, seq, net, plen, max_len, asn, exp)
             seq += 1
-
-
-def _int(value: object) -> int:
-    if type(value) is not int:
-        raise TypeError(f"expected an integer, found {type(value).__name__}")
-    return value
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, found {type(value).__name__}")
-    return value
-
-
-def _blob(value: object) -> bytes:
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"expected a blob, found {type(value).__name__}")
-    return bytes(value)
 
 
 def closed() -> BackendClosedError:

@@ -71,6 +71,9 @@ class SourceRecord:
     accepted_at: int
     #: Where the source reads from (path or URL); with the name, its identity.
     location: str = ""
+    #: Effective time at which the payload was last evaluated (judged usable and admitted into
+    #: the published set): a lower bound of UTC. Stored, but no part of the digest.
+    evaluated_at: int = 0
     #: Source-wide end of validity (an RTR source's Expire interval); `NEVER` if none.
     expires_at: int = NEVER
     rtr_session: int | None = None
@@ -98,6 +101,10 @@ class SourceRecord:
         """Equal fields and payloads."""
         return _source_digest(self) == _source_digest(other)
 
+    def content_digest(self) -> bytes:
+        """SHA-256 of the fields and payloads (``evaluated_at`` left out): its representation."""
+        return _source_digest(self)
+
 
 @dataclass(frozen=True, slots=True, eq=False)
 class PersistedState:
@@ -112,8 +119,8 @@ class PersistedState:
     published_at: int
     package_version: str
     sources: tuple[SourceRecord, ...] = ()
-    #: The lower bound of effective time the owner had observed when it built the state. Not
-    #: part of the digest and not stored: it only raises the commit's ``written_at``.
+    #: The lower bound of effective time the owner had observed when it built the state.
+    #: Stored with the state, no part of the digest; it raises the commit's ``written_at``.
     observed_at: int = 0
 
     def __post_init__(self) -> None:
@@ -143,9 +150,14 @@ class PersistedState:
     def time_floor(self) -> int:
         """The latest time the state shows was reached: a commit's ``written_at`` is no earlier.
 
-        The maximum of ``observed_at``, ``published_at`` and every source's ``accepted_at``.
+        The maximum of ``observed_at``, ``published_at`` and every source's ``evaluated_at``
+        and ``accepted_at``.
         """
-        return max(self.observed_at, self.published_at, *(s.accepted_at for s in self.sources))
+        return max(
+            self.observed_at,
+            self.published_at,
+            *(max(s.evaluated_at, s.accepted_at) for s in self.sources),
+        )
 
     def vrp_count(self) -> int:
         """VRPs over all sources."""
@@ -167,6 +179,10 @@ class StateHeader:
     state_digest: bytes
     header_digest: bytes
     package_version: str
+    #: `PersistedState.observed_at` and the `evaluated_digest` of the sources; both None in a
+    #: header written before they were stored (see `persistence.meta_rows`).
+    observed_at: int | None = None
+    evaluated_digest: bytes | None = None
 
     def computed_digest(self) -> bytes:
         """SHA-256 over every other header field (what ``header_digest`` must equal)."""
@@ -181,6 +197,8 @@ class StateHeader:
             self.written_at,
             self.state_digest,
             self.package_version,
+            observed_at=self.observed_at,
+            evaluated_digest=self.evaluated_digest,
         )
 
 
@@ -195,9 +213,19 @@ def header_digest(  # noqa: PLR0917 - one parameter per header column
     written_at: int,
     state_digest: bytes,
     package_version: str,
+    *,
+    observed_at: int | None = None,
+    evaluated_digest: bytes | None = None,
 ) -> bytes:
-    """The header digest over the header fields and the state digest."""
-    h = hashlib.sha256(b"rtr-serve header v2\x00")
+    """The header digest over the header fields and the state digest.
+
+    With ``observed_at`` and ``evaluated_digest`` it covers them too (a header that stores
+    them); without, it is the digest of a header written before they were stored.
+    """
+    stored_times = observed_at is not None or evaluated_digest is not None
+    h = hashlib.sha256(
+        b"rtr-serve header v2 times\x00" if stored_times else b"rtr-serve header v2\x00"
+    )
     _put_str(h, store_id)
     for value in (
         schema_version,
@@ -212,6 +240,18 @@ def header_digest(  # noqa: PLR0917 - one parameter per header column
         _put_int(h, value)
     h.update(state_digest)
     _put_str(h, package_version)
+    if stored_times:
+        _put_int(h, -1 if observed_at is None else observed_at)
+        h.update(evaluated_digest or b"")
+    return h.digest()
+
+
+def evaluated_digest(sources: Iterable[SourceRecord]) -> bytes:
+    """SHA-256 over each source's name and ``evaluated_at``, in the order given (stored order)."""
+    h = hashlib.sha256(b"rtr-serve evaluated v1\x00")
+    for source in sources:
+        _put_str(h, source.name)
+        _put_int(h, source.evaluated_at)
     return h.digest()
 
 

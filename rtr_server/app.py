@@ -222,6 +222,7 @@ class App:
                 package_version=__version__,
                 inputs=current.inputs,
                 observed_wall=max(keeper.now(), current.evaluated_at),
+                evaluated_wall=current.evaluated_at,
             )
         )
         self.persister.offer(state)

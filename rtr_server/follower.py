@@ -7,9 +7,15 @@ Contract (persistence contract, "SQLite 共享"; lifecycle contract, "时间与�
   checked) and rebuilds. It is published through the app's own publisher (own session ids,
   own serials). Read errors are logged once per kind and retried at the next poll.
 * Entries are judged at the follower's own effective time (`TimeKeeper.now`): never earlier
-  than any time it has seen, nor than the write time of a state it trusts, carried forward on
-  its monotonic clock. A wall clock set back revives nothing; after a forward jump is undone,
-  what expired stays expired.
+  than any time it has seen, nor than the write and observed times of a state it trusts,
+  carried forward on its monotonic clock. A wall clock set back revives nothing; after a
+  forward jump is undone, what expired stays expired.
+* Each source also has its own anchor: its stored ``evaluated_at``, pinned to the monotonic
+  clock when its representation was first read (`TimeKeeper.pin`); the same representation in
+  a later state keeps it (a later ``evaluated_at`` raises it, none moves it back), a source
+  that leaves the state loses it (the floor above stays). A source is judged at the larger of
+  the effective time and its own anchor, never at another source's, and its next change point
+  (the first expiry among the kinds it is selected for) is taken against that same time.
 * Expiry runs on its own timer task, not in the poll: it wakes at the next expiry (effective
   time) and at least every ``recheck`` seconds (a wall clock jumped forward is acted upon within
   that), so neither a slow or blocked SQL read nor a writer that is gone delays it. A read
@@ -43,7 +49,7 @@ from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import EMPTY, Snapshot
 from upstream.clock import Clock
 from upstream.config import ClientConfig
-from upstream.timekeeper import TimeKeeper
+from upstream.timekeeper import Pinned, TimeKeeper
 
 __all__ = ["DEFAULT_CLOCK_TOLERANCE", "FollowerStatus", "StateFollower"]
 
@@ -120,11 +126,13 @@ class StateFollower:
         self._published_seq = 0
         self._published_any = False
         self._publish_lock: anyio.Lock | None = None
-        #: The view published last: its state, whether that state was refused, its next expiry
-        #: (effective time; None: nothing expires).
+        #: The view published last: its state, whether that state was refused, and each
+        #: source's next change point on its own time (a source absent: nothing expires).
         self._view_served: ServedState | None = None
         self._view_refused = False
-        self._next_expiry: float | None = None
+        self._changes: dict[str, float] = {}
+        #: Each source's representation and own anchor (see the module docstring).
+        self._anchors: dict[str, tuple[bytes, Pinned]] = {}
 
     def policy_changed(self) -> None:
         """Rebuild now (the SLURM policy changed)."""
@@ -172,12 +180,28 @@ class StateFollower:
             return False  # the poll task is building this state's first view
         if self._refused(served) != self._view_refused:
             return True
-        return self._next_expiry is not None and self.keeper.now() >= self._next_expiry
+        return any(self._at(name) >= at for name, at in self._changes.items())
 
     def _delay(self) -> float:
-        if self._next_expiry is None or self._view_refused:
+        if not self._changes or self._view_refused:
             return self.recheck
-        return min(self.recheck, max(0.0, self._next_expiry - self.keeper.now()))
+        ahead = min(at - self._at(name) for name, at in self._changes.items())
+        return min(self.recheck, max(0.0, ahead))
+
+    def _at(self, name: str) -> float:
+        """The time source ``name`` is judged at now (its own anchor or the effective time)."""
+        kept = self._anchors.get(name)
+        return self.keeper.at(None if kept is None else kept[1])
+
+    def _anchor(self, served: ServedState) -> dict[str, float]:
+        """Pin each source of ``served`` (see the module docstring); their times now."""
+        anchors: dict[str, tuple[bytes, Pinned]] = {}
+        for source in served.sources:
+            kept = self._anchors.get(source.name)
+            same = kept[1] if kept is not None and kept[0] == source.content else None
+            anchors[source.name] = (source.content, self.keeper.pin(source.evaluated, same))
+        self._anchors = anchors
+        return {name: self.keeper.at(pinned) for name, (_, pinned) in anchors.items()}
 
     # ------------------------------------------------------------------ rebuild and publish
     async def _rebuild(self) -> None:
@@ -192,12 +216,13 @@ class StateFollower:
         wall = self.keeper.wall()
         refused = self._refused(served)
         snapshot: Snapshot | None = None
-        next_expiry: float | None = None
+        changes: dict[str, float] = {}
         if not refused:
-            self.keeper.observe(served.written)
+            self.keeper.observe(served.floor)
+            own = self._anchor(served)
             now = self.keeper.now()
-            snapshot, next_expiry = await anyio.to_thread.run_sync(
-                functools.partial(serve_at, served, now=now, policy=policy)
+            snapshot, changes = await anyio.to_thread.run_sync(
+                functools.partial(serve_at, served, now=now, policy=policy, own=own)
             )
         assert self._publish_lock is not None
         async with self._publish_lock:
@@ -208,7 +233,7 @@ class StateFollower:
             logged = was_refused and self._view_served is served
             self._view_served = served
             self._view_refused = refused
-            self._next_expiry = next_expiry
+            self._changes = changes
             self.status.trusted = not refused
             if refused and not logged:
                 self._log_refusal(served, wall)

@@ -2,13 +2,22 @@
 
 Pure functions, no I/O. Recovery keeps only what the rules of the upstream half allow: sources
 still configured (same name, kind and location), entries still valid when judged at the wall
-clock but never earlier than the state's write time, and nothing at all when the wall clock is
-earlier than the write time by more than the clock tolerance (the clock cannot be trusted:
-resynchronise from the network). Expiry is never recomputed from the restart time.
+clock but never earlier than the state's floor (its ``written_at``, ``observed_at`` and the
+source's own ``evaluated_at``), and nothing at all when the wall clock is earlier than the write
+time by more than the clock tolerance (the clock cannot be trusted: resynchronise from the
+network). Expiry is never recomputed from the restart time; raw expiries are kept.
+
+Each source is judged at its own time: the state's floor (a lower bound of UTC for every source
+the state holds) raised by that source's own ``evaluated_at``, never by another source's; a
+valid state's ``written_at`` is no earlier than any ``evaluated_at`` (the read checks it), so a
+source's own time differs from the state's floor only as a reader carries it forward
+(`serve_at`'s ``own``). Its next change point is the first expiry after its own time among the
+kinds it is selected for.
 """
 
 from __future__ import annotations
 
+import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -39,8 +48,12 @@ def _seconds(expires_us: int, cap_us: int) -> int:
     return NO_EXPIRY if value >= NEVER else value // US_PER_SECOND
 
 
-def to_record(source: SourceInput) -> SourceRecord:
-    """The persisted form of one source's payload (expiry in microseconds)."""
+def to_record(source: SourceInput, evaluated_wall: float = 0.0) -> SourceRecord:
+    """The persisted form of one source's payload (expiry in microseconds).
+
+    ``evaluated_wall`` is the effective time the build judged the payload at; the record's
+    ``evaluated_at`` is never earlier than its ``accepted_at``.
+    """
     payload = source.payload
     return SourceRecord(
         name=source.name,
@@ -51,6 +64,7 @@ def to_record(source: SourceInput) -> SourceRecord:
         capabilities=frozenset(k.value for k in source.capabilities),
         selected=frozenset(k.value for k in source.selected),
         accepted_at=seconds_to_us(source.accepted_wall),
+        evaluated_at=seconds_to_us(max(evaluated_wall, source.accepted_wall)),
         expires_at=NEVER if source.expires_wall is None else seconds_to_us(source.expires_wall),
         rtr_session=source.rtr_session,
         rtr_serial=source.rtr_serial,
@@ -89,12 +103,15 @@ def build_state(
     package_version: str,
     inputs: Iterable[SourceInput],
     observed_wall: float = 0.0,
+    evaluated_wall: float = 0.0,
 ) -> PersistedState:
     """The complete state to commit after a publish.
 
-    ``published_wall`` and ``observed_wall`` are effective times (the process's lower bound of
-    UTC, which never moves back): the commit's ``written_at`` is never earlier than either, so
-    a restart under a set-back wall clock cannot trust the file (issue 12, item 10).
+    ``published_wall``, ``observed_wall`` and ``evaluated_wall`` (the time the build judged the
+    sources at, each source's ``evaluated_at``) are effective times (the process's lower bound
+    of UTC, which never moves back): all are stored, and the commit's ``written_at`` is never
+    earlier than any, so a restart under a set-back wall clock cannot trust the file (issue 12,
+    item 10).
     """
     return PersistedState(
         store_id=store_id,
@@ -104,7 +121,7 @@ def build_state(
         session_ids=session_ids,
         published_at=seconds_to_us(published_wall),
         package_version=package_version,
-        sources=tuple(to_record(s) for s in inputs),
+        sources=tuple(to_record(s, evaluated_wall) for s in inputs),
         observed_at=seconds_to_us(observed_wall),
     )
 
@@ -156,9 +173,9 @@ def plan_recovery(
             "nothing is trusted, resynchronising from the network"
         )
         return plan
-    now = int(max(wall, written))
+    floor = max(wall, written, state.observed_at / US_PER_SECOND)
     known: Mapping[str, SourceIdentity] = {s.name: s for s in configured}
-    selected: list[tuple[SourcePayload, frozenset[PayloadKind]]] = []
+    selected: list[tuple[SourcePayload, frozenset[PayloadKind], float]] = []
     for record in state.sources:
         identity = known.get(record.name)
         if identity is None:
@@ -171,39 +188,61 @@ def plan_recovery(
             )
             continue
         payload = to_payload(record)
-        valid = payload.snapshot_at(now)
+        own = max(floor, record.evaluated_at / US_PER_SECOND)
+        valid = payload.snapshot_at(math.floor(own))
         if valid.is_empty():
             plan.notes.append(f"source {record.name}: nothing left valid, not revived")
             continue
         plan.recovered[record.name] = Recovered(
             payload,
             record.accepted_at / US_PER_SECOND,
-            written,
+            max(written, own),
             expires_at=None if record.expires_at >= NEVER else record.expires_at / US_PER_SECOND,
             rtr_session=record.rtr_session,
             rtr_serial=record.rtr_serial,
         )
         counts = ", ".join(f"{k}={v}" for k, v in valid.counts().items() if v)
         plan.notes.append(f"source {record.name}: revived ({counts})")
-        selected.append((payload, frozenset(PayloadKind(k) for k in record.selected)))
+        selected.append((payload, frozenset(PayloadKind(k) for k in record.selected), own))
     if plan.recovered and policy is None:
         plan.notes.append("the SLURM files are not valid: nothing is published until they are")
     elif plan.recovered and policy is not None:
-        snapshot = merge_and_apply(_chosen(selected, now), policy)
+        snapshot = merge_and_apply(_chosen(selected), policy)
         plan.snapshot = None if snapshot.is_empty() else snapshot
     return plan
 
 
 @dataclass(frozen=True, slots=True)
+class ServedSource:
+    """One stored source as a reader serves it."""
+
+    name: str
+    payload: SourcePayload
+    #: The kinds it was selected for.
+    kinds: frozenset[PayloadKind]
+    #: The effective time (seconds) the owner last evaluated it at: its own time anchor.
+    evaluated: float
+    #: Its representation (`SourceRecord.content_digest`): seen again in a later state, it
+    #: keeps the reader's anchor.
+    content: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class ServedState:
-    """A stored state converted once for serving: selected payloads and the write time."""
+    """A stored state converted once for serving: selected sources and the state's floor."""
 
     written: float
-    #: Each source's payload with the kinds it was selected for (sources selected for none
-    #: are left out).
-    selected: tuple[tuple[SourcePayload, frozenset[PayloadKind]], ...]
+    #: Each source selected for some kind (sources selected for none are left out).
+    sources: tuple[ServedSource, ...]
     #: The stored state's id (for the log).
     state_id: StateId | None = None
+    #: Its ``observed_at`` (seconds).
+    observed: float = 0.0
+
+    @property
+    def floor(self) -> float:
+        """The lower bound of UTC the state shows for every source: written and observed."""
+        return max(self.written, self.observed)
 
 
 def served_state(header: StateHeader, state: PersistedState) -> ServedState:
@@ -211,40 +250,56 @@ def served_state(header: StateHeader, state: PersistedState) -> ServedState:
     return ServedState(
         header.written_at / US_PER_SECOND,
         tuple(
-            (to_payload(record), frozenset(PayloadKind(k) for k in record.selected))
+            ServedSource(
+                record.name,
+                to_payload(record),
+                frozenset(PayloadKind(k) for k in record.selected),
+                record.evaluated_at / US_PER_SECOND,
+                record.content_digest(),
+            )
             for record in state.sources
             if record.selected
         ),
         header.state_id,
+        state.observed_at / US_PER_SECOND,
     )
 
 
 def serve_at(
-    served: ServedState, *, now: float, policy: SlurmPolicy = EMPTY_POLICY
-) -> tuple[Snapshot, float | None]:
-    """What a follower serves at effective time ``now``, and when that next changes.
+    served: ServedState,
+    *,
+    now: float,
+    policy: SlurmPolicy = EMPTY_POLICY,
+    own: Mapping[str, float] | None = None,
+) -> tuple[Snapshot, dict[str, float]]:
+    """What a reader serves at effective time ``now``, and each source's next change point.
 
     The same selection as the owner's publish: each source's payload for the kinds it was
-    selected for, judged at ``now`` but never earlier than the write time. ``now`` is the
-    follower's effective time (`upstream.timekeeper.TimeKeeper.now`), not the raw wall clock;
-    the next expiry is on the same scale (None: nothing left expires).
+    selected for, judged at its own time: ``now`` (the reader's effective time,
+    `upstream.timekeeper.TimeKeeper.now`) but never earlier than the state's floor nor than
+    the source's own time in ``own`` (its ``evaluated_at`` as the reader carries it; the
+    stored one when absent). A source's next change point is on its own time: the first
+    expiry after it among its selected kinds (sources with none left are absent).
     """
-    judged = int(max(now, served.written))
-    ahead = [
-        first
-        for payload, _ in served.selected
-        if (first := payload.earliest_expiry_after(judged)) is not None
-    ]
-    next_expiry = float(min(ahead)) if ahead else None
-    return merge_and_apply(_chosen(served.selected, judged), policy), next_expiry
+    given = own or {}
+    floor = max(now, served.floor)
+    timed: list[tuple[SourcePayload, frozenset[PayloadKind], float]] = []
+    changes: dict[str, float] = {}
+    for source in served.sources:
+        at = max(floor, given.get(source.name, source.evaluated))
+        timed.append((source.payload, source.kinds, at))
+        firsts = [source.payload.earliest_expiry_after(math.floor(at), k) for k in source.kinds]
+        if ahead := [float(t) for t in firsts if t is not None]:
+            changes[source.name] = min(ahead)
+    return merge_and_apply(_chosen(timed), policy), changes
 
 
 def _chosen(
-    selected: Iterable[tuple[SourcePayload, frozenset[PayloadKind]]], now: int
+    selected: Iterable[tuple[SourcePayload, frozenset[PayloadKind], float]],
 ) -> dict[PayloadKind, list[tuple[SourcePayload, int]]]:
-    """The payloads per kind, each judged at ``now`` (what `merge_and_apply` takes)."""
+    """The payloads per kind, each judged at its own time (what `merge_and_apply` takes)."""
     chosen: dict[PayloadKind, list[tuple[SourcePayload, int]]] = {k: [] for k in PayloadKind}
-    for payload, kinds in selected:
+    for payload, kinds, at in selected:
         for kind in kinds:
-            chosen[kind].append((payload, now))
+            chosen[kind].append((payload, math.floor(at)))
     return chosen

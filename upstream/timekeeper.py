@@ -13,6 +13,11 @@ Contract (lifecycle contract, "时间与到期"):
   was admitted; `Anchor.drift` is how far the wall clock has moved against the monotonic clock
   since. A drift beyond the tolerance makes an online source untrusted until new raw input is
   admitted (the caller's rule). Tolerance absorbs measurement noise; it never adds to a deadline.
+* A `Pinned` time is an effective time someone else reached (a stored source's
+  ``evaluated_at``) pinned to the local monotonic clock when it was first seen, so that it
+  advances with it: a source's own time anchor in a reader. `TimeKeeper.pin` keeps an anchor
+  when the same data comes again (raised by a later time, never moved back); `TimeKeeper.at`
+  is the time to judge that source at: never earlier than ``now()`` nor than its own anchor.
 * A frozen clock (``--reference-time``, `FixedWallClock`) is offline evaluation: ``now()`` is the
   reference time, nothing drifts and no floor moves.
 
@@ -26,7 +31,7 @@ from dataclasses import dataclass
 
 from upstream.clock import Clock, FixedWallClock, SystemClock
 
-__all__ = ["Anchor", "TimeKeeper", "as_keeper"]
+__all__ = ["Anchor", "Pinned", "TimeKeeper", "as_keeper"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +48,18 @@ class Anchor:
     def drift(self, wall: float, mono: float) -> float:
         """Seconds the wall clock moved against the monotonic clock since the anchor."""
         return wall - self.extrapolated(mono)
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """An effective UTC time, pinned to the local monotonic clock: it advances with it."""
+
+    at: float
+    mono: float
+
+    def carried(self, mono: float) -> float:
+        """The pinned time carried forward to monotonic time ``mono``."""
+        return self.at + (mono - self.mono)
 
 
 class TimeKeeper:
@@ -95,6 +112,24 @@ class TimeKeeper:
         mono = self.clock.monotonic()
         if when > self._floor_wall + (mono - self._floor_mono):
             self._floor_wall, self._floor_mono = when, mono
+
+    def pin(self, when: float, kept: Pinned | None = None) -> Pinned:
+        """``when`` pinned now; ``kept`` instead if, carried to now, it is no earlier.
+
+        So a later time for the same data raises its anchor and an earlier one never moves it
+        back. Unlike `observe`, it raises no one else's time.
+        """
+        mono = self.clock.monotonic()
+        if kept is not None and (math.isnan(when) or kept.carried(mono) >= when):
+            return kept
+        return Pinned(when, mono)
+
+    def at(self, pinned: Pinned | None) -> float:
+        """The time to judge data anchored at ``pinned`` at: ``now()``, or its carried anchor."""
+        now = self.now()
+        if pinned is None or self.frozen:
+            return now
+        return max(now, pinned.carried(self.clock.monotonic()))
 
     def anchor(self) -> Anchor:
         """The raw wall and monotonic clocks, sampled together now."""

@@ -68,6 +68,7 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         capabilities=frozenset({"vrp", "router_key", "aspa"}),
         selected=frozenset({"vrp", "router_key", "aspa"}),
         accepted_at=T0 + v,
+        evaluated_at=T0 + 30 * US,
         generated_at=T0 - 60 * US,
         v4=v4a,
         v4_expires=v4a_exp,
@@ -98,6 +99,7 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         capabilities=frozenset({"vrp", "router_key", "aspa"}),
         selected=frozenset({"vrp", "aspa"}),
         accepted_at=T0 + 10 * US,
+        evaluated_at=T0 + 25 * US,
         expires_at=T0 + 7200 * US,
         rtr_session=0xBEEF,
         rtr_serial=ASN_MAX - v,
@@ -116,6 +118,7 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         capabilities=frozenset({"vrp"}),
         selected=frozenset(),
         accepted_at=T0 - 3600 * US,
+        evaluated_at=T0 + 20 * US,
     )
     return http, rtr, empty
 
@@ -137,6 +140,7 @@ def make_state(
         published_at=T0 + 20 * US,
         package_version="0.0.0-test",
         sources=realistic_sources() if sources is None else sources,
+        observed_at=T0 + 40 * US,
     )
 
 
@@ -221,6 +225,7 @@ def source_fields(source: SourceRecord) -> tuple[object, ...]:
         source.capabilities,
         source.selected,
         source.accepted_at,
+        source.evaluated_at,
         source.expires_at,
         source.rtr_session,
         source.rtr_serial,
@@ -238,6 +243,6 @@ def assert_same_state(got: PersistedState, want: PersistedState) -> None:
     """Equal digests and equal fields (the digest alone could hide a digest bug)."""
     assert got.digest() == want.digest()
     head = ("store_id", "state_id", "config_revision", "serial", "session_ids", "published_at")
-    for name in (*head, "package_version"):
+    for name in (*head, "package_version", "observed_at"):
         assert getattr(got, name) == getattr(want, name), name
     assert [source_fields(s) for s in got.sources] == [source_fields(s) for s in want.sources]

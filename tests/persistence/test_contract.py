@@ -587,6 +587,8 @@ async def test_header_of_another_schema_version_is_corrupt(kind: str, path: Path
         h.written_at,
         h.state_digest,
         h.package_version,
+        observed_at=h.observed_at,
+        evaluated_digest=h.evaluated_digest,
     )
     with raw(kind, path) as db:
         db.execute("UPDATE header SET schema_version = 3, header_digest = ?", (digest,))

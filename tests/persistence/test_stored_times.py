@@ -1,0 +1,256 @@
+"""The stored evaluation times (`observed_at`, each source's `evaluated_at`) on real files.
+
+Covered, on SQLite and DuckDB: a round trip keeps both (also for a new owner and a read-only
+reader), neither changes the state digest, ``written_at`` is never below either, the header
+digest and the evaluated digest catch their damage, and a file written before they were stored
+(``data/before-times.*.gz``) still reads, recovers and takes new commits.
+
+The two files in ``data/`` were written by the backends of commit b7942bc (the last one without
+the time columns): ``make_state(store_id, StateId(3, 5))`` committed at the tests' `START`.
+"""
+
+from __future__ import annotations
+
+import gzip
+from dataclasses import replace
+from pathlib import Path
+
+import anyio
+import pytest
+
+from persistence.errors import CorruptStateError
+from persistence.sqlite_backend import SQLiteBackend
+from persistence.state import PersistedState, StateId, evaluated_digest
+from rtr_server.recovery import SourceIdentity, plan_recovery
+from tests.persistence.helpers import KINDS, Clock, opened, raw
+from tests.persistence.states import US, assert_same_state, make_state, realistic_sources
+
+pytestmark = pytest.mark.anyio
+
+DATA = Path(__file__).parent / "data"
+HOUR = 3600 * US
+
+
+@pytest.fixture(params=KINDS)
+def kind(request: pytest.FixtureRequest) -> str:
+    """Each test runs once per backend."""
+    return str(request.param)
+
+
+@pytest.fixture
+def path(kind: str, tmp_path: Path) -> Path:
+    """The database file (not created)."""
+    return tmp_path / f"state.{kind}"
+
+
+def timed(store_id: str, state_id: StateId, clock: Clock) -> PersistedState:
+    """The realistic state with distinct stored times, all behind the wall clock."""
+    http, rtr, empty = realistic_sources()
+    sources = (
+        replace(http, evaluated_at=clock.us() - 50 * US),
+        replace(rtr, evaluated_at=clock.us() - 70 * US),
+        replace(empty, evaluated_at=clock.us() - 90 * US),
+    )
+    return replace(make_state(store_id, state_id, sources), observed_at=clock.us() - 10 * US)
+
+
+def stored_times(state: PersistedState) -> tuple[int, list[int]]:
+    return state.observed_at, [s.evaluated_at for s in state.sources]
+
+
+async def test_a_round_trip_keeps_the_observed_and_evaluated_times(kind: str, path: Path) -> None:
+    clock = Clock()
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        state = timed(backend.store_id, StateId(1, 1), clock)
+        await backend.commit(state, None)
+        result = await backend.read_state()
+        assert result is not None
+        assert stored_times(result[1]) == stored_times(state)
+        assert_same_state(result[1], state)
+        assert result[0].observed_at == state.observed_at
+        assert result[0].evaluated_digest == evaluated_digest(state.sources)
+    async with opened(kind, path) as backend:  # a new owner
+        result = await backend.read_state()
+        assert result is not None
+        assert stored_times(result[1]) == stored_times(state)
+    if kind == "sqlite":
+        reader = SQLiteBackend(path, read_only=True)
+        await reader.open()
+        try:
+            result = await reader.read_state()
+        finally:
+            assert await reader.close()
+        assert result is not None
+        assert stored_times(result[1]) == stored_times(state)
+
+
+async def test_the_stored_times_leave_the_state_digest_alone(kind: str, path: Path) -> None:
+    """States differing only in their times have one digest: the second is a retry."""
+    clock = Clock()
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        state = timed(backend.store_id, StateId(1, 1), clock)
+        first = await backend.commit(state, None)
+        later = replace(
+            state,
+            observed_at=state.observed_at + 5 * US,
+            sources=tuple(replace(s, evaluated_at=s.evaluated_at + 5 * US) for s in state.sources),
+        )
+        assert later.digest() == state.digest()
+        again = await backend.commit(later, None)
+        assert again.retried
+        assert again.written_at == first.written_at
+        assert again.state_digest == first.state_digest
+        result = await backend.read_state()
+        assert result is not None
+        assert stored_times(result[1]) == stored_times(state)  # the original commit's times
+
+
+async def test_written_at_is_never_below_a_stored_time(kind: str, path: Path) -> None:
+    clock = Clock()
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        state = timed(backend.store_id, StateId(1, 1), clock)
+        http, rtr, empty = state.sources
+        ahead = replace(state, sources=(http, replace(rtr, evaluated_at=clock.us() + HOUR), empty))
+        receipt = await backend.commit(ahead, None)
+        assert receipt.written_at == clock.us() + HOUR
+        observed = replace(
+            timed(backend.store_id, StateId(1, 2), clock), observed_at=clock.us() + 2 * HOUR
+        )
+        receipt = await backend.commit(observed, StateId(1, 1))
+        assert receipt.written_at == clock.us() + 2 * HOUR
+        header = await backend.read_header()
+        assert header is not None
+        assert header.written_at == clock.us() + 2 * HOUR
+
+
+TIME_TAMPERS = [
+    "UPDATE sources SET evaluated_at = evaluated_at + 1 WHERE source_id = 1",
+    "UPDATE sources SET evaluated_at = NULL WHERE source_id = 0",
+    "UPDATE header SET observed_at = observed_at - 1",
+    "UPDATE header SET observed_at = NULL",
+    "UPDATE header SET evaluated_digest = state_digest",
+]
+
+
+@pytest.mark.parametrize("sql", TIME_TAMPERS)
+async def test_damaged_stored_times_are_corrupt(kind: str, path: Path, sql: str) -> None:
+    clock = Clock()
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        await backend.commit(timed(backend.store_id, StateId(1, 1), clock), None)
+    with raw(kind, path) as db:
+        db.execute(sql)
+    async with opened(kind, path) as backend:
+        with pytest.raises(CorruptStateError):
+            await backend.read_state()
+
+
+async def test_a_written_at_below_an_evaluation_time_is_corrupt(kind: str, path: Path) -> None:
+    """Rows and digests made consistent by hand, but no commit writes such a write time."""
+    clock = Clock()
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        state = timed(backend.store_id, StateId(1, 1), clock)
+        await backend.commit(state, None)
+        header = await backend.read_header()
+    assert header is not None
+    http, rtr, empty = state.sources
+    forged_rtr = replace(rtr, evaluated_at=header.written_at + 1)
+    forged = replace(header, evaluated_digest=evaluated_digest((http, forged_rtr, empty)))
+    with raw(kind, path) as db:
+        db.execute(
+            "UPDATE sources SET evaluated_at = ? WHERE source_id = 1", [forged_rtr.evaluated_at]
+        )
+        db.execute(
+            "UPDATE header SET evaluated_digest = ?, header_digest = ?",
+            [forged.evaluated_digest, forged.computed_digest()],
+        )
+    async with opened(kind, path) as backend:
+        assert await backend.read_header() is not None
+        with pytest.raises(CorruptStateError, match="written_at is earlier"):
+            await backend.read_state()
+
+
+# ---------------------------------------------------------------- files of before
+
+
+async def before_times(kind: str, path: Path) -> bytes:
+    """The file of before the stored times, at ``path``; its bytes."""
+    data = gzip.decompress((DATA / f"before-times.{kind}.gz").read_bytes())
+    await anyio.Path(path).write_bytes(data)
+    return data
+
+
+def columns(kind: str, path: Path, table: str) -> list[str]:
+    with raw(kind, path) as db:
+        return [d[0] for d in db.execute(f"SELECT * FROM {table} LIMIT 0").description]
+
+
+async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path: Path) -> None:
+    await before_times(kind, path)
+    assert "observed_at" not in columns(kind, path, "header")
+    clock = Clock()
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        result = await backend.read_state()
+        assert result is not None
+        header, state = result
+        # The state as it was committed; its times are the commit's write time.
+        assert header.written_at == Clock().us()
+        assert (header.observed_at, header.evaluated_digest) == (None, None)
+        want = make_state(backend.store_id, StateId(3, 5))
+        assert state.digest() == header.state_digest == want.digest()
+        assert_same_state(
+            state,
+            replace(
+                want,
+                observed_at=header.written_at,
+                sources=tuple(replace(s, evaluated_at=header.written_at) for s in want.sources),
+            ),
+        )
+        # A restart trusts it and revives what is still valid at the wall clock.
+        plan = plan_recovery(
+            header,
+            state,
+            [SourceIdentity(s.name, s.kind, s.location) for s in state.sources],
+            wall=clock.now,
+            clock_tolerance=300,
+        )
+        assert plan.trusted
+        assert set(plan.recovered) == {"ripe-http", "rtr-upstream"}
+    # The owner added the columns in place; the old rows kept their meaning.
+    assert columns(kind, path, "header")[-2:] == ["observed_at", "evaluated_digest"]
+    assert columns(kind, path, "sources")[-1] == "evaluated_at"
+    async with opened(kind, path, clock) as backend:
+        assert backend.store_id is not None
+        result = await backend.read_state()
+        assert result is not None
+        assert result[1].digest() == header.state_digest
+        # The next commit stores the times.
+        clock.now += 60
+        newer = timed(backend.store_id, StateId(4, 1), clock)
+        await backend.commit(newer, StateId(3, 5))
+    async with opened(kind, path) as backend:
+        result = await backend.read_state()
+        assert result is not None
+        assert stored_times(result[1]) == stored_times(newer)
+        assert_same_state(result[1], newer)
+
+
+async def test_a_reader_reads_a_file_of_before_without_changing_it(tmp_path: Path) -> None:
+    path = tmp_path / "state.sqlite"
+    data = await before_times("sqlite", path)
+    reader = SQLiteBackend(path, read_only=True)
+    await reader.open()
+    try:
+        result = await reader.read_state()
+    finally:
+        assert await reader.close()
+    assert result is not None
+    header, state = result
+    assert stored_times(state) == (header.written_at, [header.written_at] * 3)
+    assert await anyio.Path(path).read_bytes() == data
+    assert "observed_at" not in columns("sqlite", path, "header")
