@@ -22,8 +22,9 @@ from persistence.errors import (
     TransientError,
 )
 from persistence.lock import OwnerLock, normalise
+from persistence.rows import Row
 from persistence.schema import DDL, VRP_COLUMNS
-from persistence.sql_store import Row, SqlStore, closed
+from persistence.sql_store import SqlStore, closed
 from persistence.state import SCHEMA_VERSION
 
 

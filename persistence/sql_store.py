@@ -24,6 +24,18 @@ from persistence.errors import (
     UnsupportedSchemaError,
 )
 from persistence.lock import OwnerLock
+from persistence.rows import (
+    BATCH,
+    V4,
+    V6,
+    Row,
+    as_blob,
+    as_int,
+    as_text,
+    batches,
+    header_from_row,
+    vrp_rows,
+)
 from persistence.schema import (
     ASPA_COLUMNS,
     DDL,
@@ -49,23 +61,6 @@ from persistence.state import (
 from snapshot.model import Aspa, PayloadError, RouterKey
 
 R = TypeVar("R")
-#: Rows per insert or fetch batch.
-BATCH = 256
-_V4 = struct.Struct(">4sBBI")
-_V6 = struct.Struct(">16sBBI")
-Row = tuple[Any, ...]
-
-
-def batches(rows: Iterator[Row], size: int = BATCH) -> Iterator[list[Row]]:
-    """Consecutive lists of at most ``size`` rows."""
-    batch: list[Row] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 class SqlStore(ABC):
@@ -216,20 +211,7 @@ class SqlStore(ABC):
         if len(rows) != 1:
             raise CorruptStateError(f"the header table holds {len(rows)} rows, not 1")
         try:
-            row = rows[0]
-            header = StateHeader(
-                schema_version=_int(row[0]),
-                store_id=_text(row[1]),
-                state_id=StateId(_int(row[2]), _int(row[3])),
-                config_revision=_int(row[4]),
-                serial=_int(row[5]),
-                session_ids=(_int(row[6]), _int(row[7]), _int(row[8])),
-                published_at=_int(row[9]),
-                written_at=_int(row[10]),
-                state_digest=_blob(row[11]),
-                header_digest=_blob(row[12]),
-                package_version=_text(row[13]),
-            )
+            header = header_from_row(rows[0])
         except (TypeError, ValueError) as exc:
             raise CorruptStateError(f"header: {exc}") from exc
         if header.computed_digest() != header.header_digest:
@@ -282,14 +264,14 @@ class SqlStore(ABC):
     def _read_sources(self) -> tuple[SourceRecord, ...]:
         cols = ", ".join(SOURCE_COLUMNS)
         meta = self._conn().execute(f"SELECT {cols} FROM sources ORDER BY source_id").fetchall()  # noqa: S608
-        ids = [_int(row[0]) for row in meta]
+        ids = [as_int(row[0]) for row in meta]
         if len(set(ids)) != len(ids):
             raise CorruptStateError("duplicate source ids")
         v4: dict[int, list[bytes]] = {i: [] for i in ids}
         v6: dict[int, list[bytes]] = {i: [] for i in ids}
         v4_exp: dict[int, array[int]] = {i: array("q") for i in ids}
         v6_exp: dict[int, array[int]] = {i: array("q") for i in ids}
-        pack4, pack6 = _V4.pack, _V6.pack
+        pack4, pack6 = V4.pack, V6.pack
         columns = "source_id, family, network, max_length, prefix_length, asn, expires_at"
         sql = f"SELECT {columns} FROM vrps {self.vrp_order}"  # noqa: S608 - fixed text
         for sid, family, net, max_len, plen, asn, expires in self._fetch(sql):
@@ -304,38 +286,38 @@ class SqlStore(ABC):
             "SELECT source_id, ski, asn, spki, expires_at FROM router_keys ORDER BY source_id, seq"
         )
         for sid, ski, asn, spki, expires in self._fetch(sql):
-            keys[sid].append((RouterKey(_blob(ski), _int(asn), _blob(spki)), _int(expires)))
+            keys[sid].append((RouterKey(as_blob(ski), as_int(asn), as_blob(spki)), as_int(expires)))
         providers: dict[tuple[int, int], list[int]] = {}
         sql = "SELECT source_id, seq, provider FROM aspa_providers ORDER BY source_id, seq, idx"
         for sid, seq, provider in self._fetch(sql):
-            providers.setdefault((sid, seq), []).append(_int(provider))
+            providers.setdefault((sid, seq), []).append(as_int(provider))
         aspas: dict[int, list[tuple[Aspa, int]]] = {i: [] for i in ids}
         sql = "SELECT source_id, seq, customer, expires_at FROM aspas ORDER BY source_id, seq"
         for sid, seq, customer, expires in self._fetch(sql):
             listed = tuple(providers.pop((sid, seq), ()))
-            aspa = Aspa(_int(customer), listed)
+            aspa = Aspa(as_int(customer), listed)
             if aspa.providers != listed:
                 raise CorruptStateError(f"ASPA AS{customer}: providers not in normal form")
-            aspas[sid].append((aspa, _int(expires)))
+            aspas[sid].append((aspa, as_int(expires)))
         if providers:
             raise CorruptStateError("ASPA providers without their ASPA")
         records = []
         for row in meta:
-            sid = _int(row[0])
+            sid = as_int(row[0])
             records.append(
                 SourceRecord(
-                    name=_text(row[1]),
-                    group=_text(row[2]),
-                    kind=_text(row[3]),
-                    location=_text(row[4]),
-                    complete=bool(_int(row[5])),
-                    capabilities=mask_to_kinds(_int(row[6])),
-                    selected=mask_to_kinds(_int(row[7])),
-                    accepted_at=_int(row[8]),
-                    expires_at=_int(row[9]),
-                    rtr_session=None if row[10] is None else _int(row[10]),
-                    rtr_serial=None if row[11] is None else _int(row[11]),
-                    generated_at=None if row[12] is None else _int(row[12]),
+                    name=as_text(row[1]),
+                    group=as_text(row[2]),
+                    kind=as_text(row[3]),
+                    location=as_text(row[4]),
+                    complete=bool(as_int(row[5])),
+                    capabilities=mask_to_kinds(as_int(row[6])),
+                    selected=mask_to_kinds(as_int(row[7])),
+                    accepted_at=as_int(row[8]),
+                    expires_at=as_int(row[9]),
+                    rtr_session=None if row[10] is None else as_int(row[10]),
+                    rtr_serial=None if row[11] is None else as_int(row[11]),
+                    generated_at=None if row[12] is None else as_int(row[12]),
                     v4=b"".join(v4[sid]),
                     v4_expires=v4_exp[sid],
                     v6=b"".join(v6[sid]),
@@ -396,7 +378,7 @@ class SqlStore(ABC):
                     )
                 ],
             )
-            for batch in batches(_vrp_rows(sid, source)):
+            for batch in batches(vrp_rows(sid, source)):
                 self._insert("vrps", VRP_COLUMNS, batch)
             key_rows = (
                 (sid, seq, key.ski, key.asn, key.spki, expires)
@@ -463,35 +445,6 @@ def _check_cas(
     if current != expected:
         raise CommitConflictError(f"stored state is {current}, expected {expected}")
     return False
-
-
-def _vrp_rows(sid: int, source: SourceRecord) -> Iterator[Row]:
-    seq = 0
-    for family, keys, expires, unpack in (
-        (4, source.v4, source.v4_expires, _V4.iter_unpack),
-        (6, source.v6, source.v6_expires, _V6.iter_unpack),
-    ):
-        for (net, max_len, plen, asn), exp in zip(unpack(keys), expires, strict=True):
-            yield (sid, family, seq, net, plen, max_len, asn, exp)
-            seq += 1
-
-
-def _int(value: object) -> int:
-    if type(value) is not int:
-        raise TypeError(f"expected an integer, found {type(value).__name__}")
-    return value
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, found {type(value).__name__}")
-    return value
-
-
-def _blob(value: object) -> bytes:
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"expected a blob, found {type(value).__name__}")
-    return bytes(value)
 
 
 def closed() -> BackendClosedError:

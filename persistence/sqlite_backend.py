@@ -21,7 +21,8 @@ from persistence.errors import (
     TransientError,
 )
 from persistence.lock import OwnerLock, normalise
-from persistence.sql_store import Row, SqlStore, closed
+from persistence.rows import Row
+from persistence.sql_store import SqlStore, closed
 from persistence.state import SCHEMA_VERSION
 
 #: Primary result codes of faults that may clear up: busy, locked, the lock protocol, plain
