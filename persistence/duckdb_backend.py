@@ -24,7 +24,7 @@ from persistence.errors import (
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
 from persistence.schema import DDL, VRP_COLUMNS
-from persistence.sql_store import SqlStore, closed
+from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
 
 
@@ -82,11 +82,6 @@ class DuckDBStore(SqlStore):
         """Remember the path; the file is opened by `open_sync`."""
         super().__init__(normalise(path), OwnerLock(path))
 
-    def _conn(self) -> Any:
-        if self._db is None:
-            raise closed()
-        return self._db
-
     def open_sync(self, now: int) -> None:
         """Import duckdb, lock, connect with threads=1 and external access off, check schema."""
         try:
@@ -114,13 +109,14 @@ class DuckDBStore(SqlStore):
         self._conn().execute("COMMIT")
 
     def _rollback(self) -> None:
-        if self._db is None:
-            return
-        try:
-            self._db.execute("ROLLBACK")
-        except Exception as exc:
-            if "no transaction is active" not in str(exc):
-                raise
+        with self._interrupt.guarded():
+            if self._db is None:
+                return
+            try:
+                self._db.execute("ROLLBACK")
+            except Exception as exc:
+                if "no transaction is active" not in str(exc):
+                    raise
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
         if table == "vrps" and tuple(columns) == VRP_COLUMNS:

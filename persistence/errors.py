@@ -31,6 +31,10 @@ class CorruptStateError(PersistenceError):
     code = CORRUPT
 
 
+class CallInterruptedError(TransientError):
+    """A call interrupted at a close deadline: its transaction was rolled back, nothing stored."""
+
+
 class UnsupportedSchemaError(PersistenceError):
     """The file holds another (unknown or older) schema version; no migration, no wipe."""
 

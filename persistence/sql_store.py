@@ -17,12 +17,14 @@ from typing import Any, TypeVar
 
 from persistence.errors import (
     BackendClosedError,
+    CallInterruptedError,
     CommitConflictError,
     CorruptStateError,
     PersistenceError,
     TransientError,
     UnsupportedSchemaError,
 )
+from persistence.interrupt import Interrupt
 from persistence.lock import OwnerLock
 from persistence.rows import (
     BATCH,
@@ -78,6 +80,11 @@ class SqlStore(ABC):
         self.store_id: str | None = None
         self._db: Any = None
         self._lock = lock
+        self._interrupt = Interrupt()
+        #: The name of the call running now (set on the worker thread, read by the closer).
+        self.running: str | None = None
+        #: The name of the call the interrupt ended (its transaction rolled back), if any.
+        self.interrupted: str | None = None
 
     def _take_ownership(self) -> None:
         """Create the directory, then take the owner lock (before any connection).
@@ -97,14 +104,27 @@ class SqlStore(ABC):
             self._lock.lock_database()
 
     def close_sync(self) -> None:
-        """Close the connection (the database checkpoints its WAL) and release the lock."""
+        """Close the connection (the database checkpoints its WAL) and release the lock.
+
+        An open transaction (an interrupted call's) is rolled back by the close itself.
+        """
         try:
-            if self._db is not None:
-                self._db.close()
+            with self._interrupt.guarded():
+                if self._db is not None:
+                    self._db.close()
+                self._db = None
         finally:
             self._db = None
             if self._lock is not None:
                 self._lock.release()
+
+    def interrupt(self) -> None:
+        """From any thread: end the running call and every later one (the close deadline).
+
+        The statement in progress ends with the driver's interrupt, its transaction rolls back,
+        and the call raises `CallInterruptedError`; the close still runs after it.
+        """
+        self._interrupt.request(lambda: self._db)
 
     # ------------------------------------------------------------------ dialect hooks
     @abstractmethod
@@ -117,9 +137,11 @@ class SqlStore(ABC):
         Anything else (an `AssertionError`, a bug, a `BaseException` such as cancellation)
         propagates unchanged, after the method's own cleanup.
         """
+        self.running = getattr(fn, "__name__", "a call")
         try:
             return fn(*args)
-        except (PersistenceError, AssertionError):
+        except (PersistenceError, AssertionError) as exc:
+            self._note_interrupted(fn, exc)
             raise
         except Exception as exc:
             translated = self.translate(exc)
@@ -127,15 +149,32 @@ class SqlStore(ABC):
                 translated = TransientError(f"{type(exc).__name__}: {exc}")
             if translated is None:
                 raise
+            if self._interrupt.requested and isinstance(translated, TransientError):
+                translated = CallInterruptedError(
+                    f"interrupted at the close deadline: {translated}"
+                )
+            self._note_interrupted(fn, translated)
             raise translated from exc
+        finally:
+            self.running = None
+
+    def _note_interrupted(self, fn: Callable[..., object], exc: BaseException) -> None:
+        if isinstance(exc, CallInterruptedError):
+            self.interrupted = getattr(fn, "__name__", "a call")
 
     @abstractmethod
     def open_sync(self, now: int) -> None:
         """Take ownership (or open read-only) and check or create the schema."""
 
-    @abstractmethod
     def _conn(self) -> Any:
-        """The open connection (raises `BackendClosedError` if none)."""
+        """The open connection for the next statement (`BackendClosedError` if none).
+
+        Raises `CallInterruptedError` once the store was interrupted.
+        """
+        self._interrupt.check()
+        if self._db is None:
+            raise closed()
+        return self._db
 
     @abstractmethod
     def _begin(self, *, write: bool) -> None: ...
@@ -259,6 +298,7 @@ class SqlStore(ABC):
     def _fetch(self, sql: str) -> Iterator[Row]:
         cursor = self._conn().execute(sql)
         while rows := cursor.fetchmany(BATCH):
+            self._interrupt.check()
             yield from rows
 
     def _read_sources(self) -> tuple[SourceRecord, ...]:

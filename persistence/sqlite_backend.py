@@ -22,7 +22,7 @@ from persistence.errors import (
 )
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
-from persistence.sql_store import SqlStore, closed
+from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
 
 #: Primary result codes of faults that may clear up: busy, locked, the lock protocol, plain
@@ -89,9 +89,7 @@ class SQLiteStore(SqlStore):
         self.max_page_count = max_page_count
 
     def _conn(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = self._db
-        if db is None:
-            raise closed()
+        db: sqlite3.Connection = super()._conn()
         return db
 
     def open_sync(self, now: int) -> None:
@@ -138,9 +136,10 @@ class SQLiteStore(SqlStore):
         self._conn().execute("COMMIT")
 
     def _rollback(self) -> None:
-        db = self._db
-        if db is not None and db.in_transaction:
-            db.execute("ROLLBACK")
+        with self._interrupt.guarded():
+            db = self._db
+            if db is not None and db.in_transaction:
+                db.execute("ROLLBACK")
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
         marks = ", ".join("?" * len(columns))

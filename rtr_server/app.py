@@ -309,7 +309,8 @@ class App:
                 # Stop the persister: a commit in its thread still ends before the store closes.
                 work.cancel_scope.cancel()
             if self.backend is not None:
-                await self._close_backend(self.backend)
+                # The flush deadline is over: a call still running is interrupted and rolls back.
+                await self._close_backend(self.backend, wait=0.0)
             self.shutdown = report
             report.log(log)
             listeners.cancel_scope.cancel()  # routers are told goodbye and the listeners close
@@ -434,10 +435,12 @@ class App:
             ids = SessionIds.from_random(secrets.token_bytes(2))
         self.publisher.session_ids = ids
 
-    async def _close_backend(self, backend: ThreadedBackend) -> None:
+    async def _close_backend(self, backend: ThreadedBackend, wait: float | None = None) -> None:
         # Idempotent: the orderly stop closes it before the listeners, the exit stack again.
-        with anyio.CancelScope(shield=True):  # bounded by the backend's close_timeout
-            if not await backend.close():
+        # A call still running after ``wait`` (default: the backend's close_timeout) is
+        # interrupted; the close returns once the worker thread ended.
+        with anyio.CancelScope(shield=True):
+            if not await backend.close(wait=wait):
                 log.warning("persistence worker thread still busy at close")
 
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
