@@ -8,8 +8,7 @@ something with ``fetchone``/``fetchall``.
 from __future__ import annotations
 
 import struct
-import uuid
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -20,9 +19,9 @@ from persistence.errors import (
     CallInterruptedError,
     CommitConflictError,
     CorruptStateError,
+    DamagedStateError,
     PersistenceError,
     TransientError,
-    UnsupportedSchemaError,
 )
 from persistence.interrupt import Interrupt
 from persistence.lock import OwnerLock
@@ -40,7 +39,6 @@ from persistence.rows import (
 )
 from persistence.schema import (
     ASPA_COLUMNS,
-    DDL,
     HEADER_COLUMNS,
     PROVIDER_COLUMNS,
     RANGE_CHECKS,
@@ -60,12 +58,13 @@ from persistence.state import (
     kinds_to_mask,
     mask_to_kinds,
 )
+from persistence.structure import StructureChecks
 from snapshot.model import Aspa, PayloadError, RouterKey
 
 R = TypeVar("R")
 
 
-class SqlStore(ABC):
+class SqlStore(StructureChecks):
     """The schema-v2 logic on one connection; not thread-safe (one worker thread calls it)."""
 
     backend_name = "sql"
@@ -192,47 +191,6 @@ class SqlStore(ABC):
     @abstractmethod
     def _table_names(self) -> set[str]: ...
 
-    # ------------------------------------------------------------------ schema
-    def ensure_schema(self, created_at: int) -> None:
-        """Create the schema in an empty database; refuse any other schema."""
-        tables = self._table_names()
-        if not tables:
-            self._begin(write=True)
-            try:
-                for statement in DDL:
-                    self._conn().execute(statement)
-                self._conn().execute(
-                    "INSERT INTO schema_info VALUES (?, ?, ?)",
-                    (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
-                )
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
-            tables = self._table_names()
-        self.check_schema(tables)
-
-    def check_schema(self, tables: set[str] | None = None) -> None:
-        """Refuse a database whose schema is not exactly version 2 of ours."""
-        tables = self._table_names() if tables is None else tables
-        if "schema_info" not in tables:
-            raise UnsupportedSchemaError(
-                f"not an rtr-serve state database (tables: {', '.join(sorted(tables))})"
-            )
-        rows = self._conn().execute("SELECT schema_version, store_id FROM schema_info").fetchall()
-        if len(rows) != 1:
-            raise CorruptStateError(f"schema_info holds {len(rows)} rows, not 1")
-        version, store_id = rows[0]
-        if version != SCHEMA_VERSION:
-            raise UnsupportedSchemaError(
-                f"schema version {version!r} is not the supported version {SCHEMA_VERSION}; "
-                "this build neither migrates nor wipes it"
-            )
-        missing = set(TABLES) - tables
-        if missing:
-            raise CorruptStateError(f"schema version 2 without tables {sorted(missing)}")
-        self.store_id = str(store_id)
-
     # ------------------------------------------------------------------ reads
     def read_header_sync(self) -> StateHeader | None:
         """The verified header, or None for a store never committed to."""
@@ -269,13 +227,13 @@ class SqlStore(ABC):
             for table, query in RANGE_CHECKS:
                 (bad,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
                 if bad:
-                    raise CorruptStateError(f"{table}: {bad} rows break a type or range rule")
+                    raise DamagedStateError(f"{table}: {bad} rows break a type or range rule")
             try:
                 sources = self._read_sources()
             except KeyError as exc:
-                raise CorruptStateError(f"payload rows of unknown source id {exc}") from exc
+                raise DamagedStateError(f"payload rows of unknown source id {exc}") from exc
             except (TypeError, ValueError, OverflowError, struct.error, PayloadError) as exc:
-                raise CorruptStateError(f"payload: {exc}") from exc
+                raise DamagedStateError(f"payload: {exc}") from exc
         finally:
             self._rollback()
         try:
@@ -290,9 +248,9 @@ class SqlStore(ABC):
                 sources=sources,
             )
         except ValueError as exc:  # e.g. two sources of one name
-            raise CorruptStateError(f"sources: {exc}") from exc
+            raise DamagedStateError(f"sources: {exc}") from exc
         if state.digest() != header.state_digest:
-            raise CorruptStateError("state digest mismatch: the rows are not what was committed")
+            raise DamagedStateError("state digest mismatch: the rows are not what was committed")
         return header, state
 
     def _fetch(self, sql: str) -> Iterator[Row]:
@@ -306,7 +264,7 @@ class SqlStore(ABC):
         meta = self._conn().execute(f"SELECT {cols} FROM sources ORDER BY source_id").fetchall()  # noqa: S608
         ids = [as_int(row[0]) for row in meta]
         if len(set(ids)) != len(ids):
-            raise CorruptStateError("duplicate source ids")
+            raise DamagedStateError("duplicate source ids")
         v4: dict[int, list[bytes]] = {i: [] for i in ids}
         v6: dict[int, list[bytes]] = {i: [] for i in ids}
         v4_exp: dict[int, array[int]] = {i: array("q") for i in ids}
@@ -337,10 +295,10 @@ class SqlStore(ABC):
             listed = tuple(providers.pop((sid, seq), ()))
             aspa = Aspa(as_int(customer), listed)
             if aspa.providers != listed:
-                raise CorruptStateError(f"ASPA AS{customer}: providers not in normal form")
+                raise DamagedStateError(f"ASPA AS{customer}: providers not in normal form")
             aspas[sid].append((aspa, as_int(expires)))
         if providers:
-            raise CorruptStateError("ASPA providers without their ASPA")
+            raise DamagedStateError("ASPA providers without their ASPA")
         records = []
         for row in meta:
             sid = as_int(row[0])

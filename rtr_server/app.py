@@ -30,7 +30,7 @@ from anyio.abc import TaskStatus
 from prometheus_client.registry import CollectorRegistry
 
 from persistence.backend import ThreadedBackend
-from persistence.errors import PersistenceError
+from persistence.errors import DamagedStateError
 from persistence.location import StateLocation
 from persistence.persister import Persister
 from persistence.state import StateId
@@ -364,25 +364,29 @@ class App:
         backend = location.make_backend(wall=self.clock.wall)
         self.backend = backend
         stack.push_async_callback(self._close_backend, backend)
-        await backend.open()  # a refusal (owner, schema, missing extra) ends the start here
+        # A refusal ends the start here, the file untouched: another owner, a missing extra, or
+        # a file that cannot be written safely (not a database, a failed integrity check, a
+        # foreign or newer schema, other columns or objects, a damaged header).
+        await backend.open()
         started = self.clock.monotonic()
+        damaged = None
         try:
-            stored = await backend.read_state()
-        except PersistenceError as exc:
-            if exc.retryable:
-                raise
-            self.persistence_disabled = f"{type(exc).__name__}: {exc}"
+            stored = await backend.read_state()  # any other read failure ends the start too
+        except DamagedStateError as exc:
+            # Rows that fail a check in a sound file: not served; the first commit replaces them.
+            stored, damaged = None, await backend.read_header()
             log.error(
-                "state %s cannot be used (%s); it is left untouched and nothing is persisted "
-                "until it is moved away; starting from the network",
+                "state %s holds a damaged state (%s): it is not used; starting from the network, "
+                "and the first commit replaces it",
                 location,
                 exc,
             )
-            return
         persisted: StateId | None = None
         if stored is None:
-            log.info("state %s is empty: starting from the network", location)
-            self._epoch = 1
+            if damaged is None:
+                log.info("state %s is empty: starting from the network", location)
+            persisted = None if damaged is None else damaged.state_id
+            self._epoch = 1 if damaged is None else damaged.state_id.epoch + 1
         else:
             header, state = stored
             persisted = header.state_id
