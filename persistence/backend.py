@@ -6,10 +6,13 @@ event loop only awaits. Constructors touch no file.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+import anyio
 
 from persistence.errors import BackendClosedError
 from persistence.sql_store import SqlStore
@@ -22,8 +25,9 @@ from persistence.state import (
 )
 from persistence.worker_thread import WorkerThread
 
-#: Default bound on how long `close` waits for the worker thread.
+#: Default bound on how long `close` waits for the queued calls before it interrupts one.
 CLOSE_TIMEOUT = 30.0
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,7 +78,7 @@ class PersistenceBackend(Protocol):
         ...
 
     async def close(self) -> bool:
-        """Release the file; False if the worker was still busy when the wait ran out."""
+        """Release the file once the running call ended; False if the worker is still busy."""
         ...
 
 
@@ -147,18 +151,56 @@ class ThreadedBackend:
             self._store.call, self._store.commit_sync, state, expected, written_at
         )
 
-    async def close(self) -> bool:
-        """Close the connection and release the owner lock; bounded by ``close_timeout``.
+    async def close(self, *, wait: float | None = None) -> bool:
+        """Close the connection and release the owner lock after the queued calls.
 
-        A failing close never raises here (it must not replace a caller's own error): once
-        this returned True, `close_error` says whether and why it failed.
+        They get ``wait`` s (default ``close_timeout``; 0: the close deadline has come). A call
+        still running then is interrupted with the database's own cancel, so its transaction
+        rolls back (it raises `CallInterruptedError`: never reported as stored), and the close
+        waits until the worker thread has ended: the connection closes and the lock is released
+        on that thread, after the call. The log says what happened. Shielded; True once the
+        thread ended (a call the database cannot interrupt is waited for, logged each
+        ``close_timeout``). A failing close never raises here (it must not replace a caller's
+        own error): once this returned True, `close_error` says whether and why it failed.
         """
         if self._closed:
             return not self._worker.alive
         self._closed = True
         self._open = False
-        self._worker.submit(self._close_sync)  # runs here when no thread was started
-        return await self._worker.stop(self._close_timeout)
+        close = self._close_sync
+        self._worker.submit(close)  # runs here when no thread was started
+        with anyio.CancelScope(shield=True):
+            if await self._worker.stop(self._close_timeout if wait is None else wait):
+                return True
+            name = self._worker.name
+            running = None
+            if self._worker.running(besides=close):
+                running = self._store.running or "a call"
+                log.warning(
+                    "%s: %s still runs at the close deadline: interrupting it (its transaction "
+                    "rolls back)",
+                    name,
+                    running,
+                )
+                await self._worker.interrupt_running(self._store.interrupt, besides=close)
+            while not await self._worker.join(self._close_timeout):
+                log.error(
+                    "%s: the worker thread has not ended %g s later (a call the database cannot "
+                    "interrupt?); still waiting: the connection stays open and the owner lock "
+                    "held until it ends",
+                    name,
+                    self._close_timeout,
+                )
+        if running is not None:
+            interrupted = self._store.interrupted
+            log.warning(
+                "%s: %s; connection closed and owner lock released",
+                name,
+                f"{interrupted} was interrupted and rolled back (nothing of it is stored)"
+                if interrupted is not None
+                else f"{running} ended before the interrupt took effect",
+            )
+        return True
 
     def _close_sync(self) -> None:
         try:

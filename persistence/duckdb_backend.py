@@ -22,9 +22,11 @@ from persistence.errors import (
     TransientError,
 )
 from persistence.lock import OwnerLock, normalise
-from persistence.schema import DDL, VRP_COLUMNS
-from persistence.sql_store import Row, SqlStore, closed
+from persistence.rows import Row
+from persistence.schema import DDL, TABLES, VRP_COLUMNS
+from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
+from persistence.structure import Column
 
 
 def _column_types() -> dict[tuple[str, str], str]:
@@ -76,15 +78,11 @@ class DuckDBStore(SqlStore):
 
     backend_name = "duckdb"
     blob_length = "octet_length"
+    type_names = {"TEXT": "VARCHAR"}  # noqa: RUF012 - read only
 
     def __init__(self, path: str | Path) -> None:
         """Remember the path; the file is opened by `open_sync`."""
         super().__init__(normalise(path), OwnerLock(path))
-
-    def _conn(self) -> Any:
-        if self._db is None:
-            raise closed()
-        return self._db
 
     def open_sync(self, now: int) -> None:
         """Import duckdb, lock, connect with threads=1 and external access off, check schema."""
@@ -101,6 +99,10 @@ class DuckDBStore(SqlStore):
                 config={"threads": 1, "enable_external_access": False},
             )
             self._lock_created_file()
+            tables = self._table_names()
+            if tables:  # before anything could write to a foreign or damaged file
+                self.check_schema(tables)
+                self.check_writable()
             self.ensure_schema(now)
         except BaseException:
             self.close_sync()
@@ -113,13 +115,14 @@ class DuckDBStore(SqlStore):
         self._conn().execute("COMMIT")
 
     def _rollback(self) -> None:
-        if self._db is None:
-            return
-        try:
-            self._db.execute("ROLLBACK")
-        except Exception as exc:
-            if "no transaction is active" not in str(exc):
-                raise
+        with self._interrupt.guarded():
+            if self._db is None:
+                return
+            try:
+                self._db.execute("ROLLBACK")
+            except Exception as exc:
+                if "no transaction is active" not in str(exc):
+                    raise
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
         if table == "vrps" and tuple(columns) == VRP_COLUMNS:
@@ -152,6 +155,34 @@ class DuckDBStore(SqlStore):
             "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main'"
         )
         return {str(name) for (name,) in rows.fetchall()}
+
+    def _columns(self, table: str) -> tuple[Column, ...]:
+        rows = (
+            self._conn()
+            .execute(
+                "SELECT column_name, data_type, is_nullable FROM information_schema.columns "
+                "WHERE table_schema = 'main' AND table_name = ? ORDER BY ordinal_position",
+                [table],
+            )
+            .fetchall()
+        )
+        return tuple((str(n), str(t).upper(), str(null).upper() == "NO") for n, t, null in rows)
+
+    def _foreign_objects(self) -> list[str]:
+        conn = self._conn()
+        tables = conn.execute(
+            "SELECT table_type, table_schema, table_name FROM information_schema.tables "
+            "WHERE table_catalog = current_database()"
+        ).fetchall()
+        found = [
+            f"{kind.lower()} {schema}.{name}"
+            for kind, schema, name in tables
+            if not (kind == "BASE TABLE" and schema == "main" and name in TABLES)
+        ]
+        indexes = conn.execute(
+            "SELECT index_name FROM duckdb_indexes() WHERE database_name = current_database()"
+        ).fetchall()
+        return found + [f"index {name}" for (name,) in indexes]
 
     def translate(self, exc: Exception) -> PersistenceError | None:
         """`classify` for errors raised by the `duckdb` module."""

@@ -39,6 +39,18 @@ class CorruptStateError(PersistenceError):
     code = CORRUPT
 
 
+class CallInterruptedError(TransientError):
+    """A call interrupted at a close deadline: its transaction was rolled back, nothing stored."""
+
+
+class DamagedStateError(CorruptStateError):
+    """The stored rows fail a check (digest, type, range) in a file that is otherwise sound.
+
+    The owner does not use them, resynchronises from the network and replaces them with its
+    first commit: the file's structure and header were verified when it opened.
+    """
+
+
 class UnsupportedSchemaError(PersistenceError):
     """The file holds another (unknown or older) schema version; no migration, no wipe."""
 

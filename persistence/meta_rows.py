@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from persistence.errors import CorruptStateError
+from persistence.errors import CorruptStateError, DamagedStateError
+from persistence.rows import as_blob, as_int, as_text
 from persistence.schema import HEADER_COLUMNS, SOURCE_COLUMNS, TIME_COLUMNS
 from persistence.state import (
     SCHEMA_VERSION,
@@ -40,9 +41,6 @@ from persistence.state import (
 
 __all__ = [
     "add_columns",
-    "as_blob",
-    "as_int",
-    "as_text",
     "checked_observed_at",
     "header_row",
     "missing_columns",
@@ -162,10 +160,10 @@ def checked_observed_at(header: StateHeader, sources: tuple[SourceRecord, ...]) 
     if header.evaluated_digest is None or header.observed_at is None:
         return header.written_at  # written before the times were stored
     if evaluated_digest(sources) != header.evaluated_digest:
-        raise CorruptStateError("evaluated digest mismatch: the sources' evaluation times changed")
+        raise DamagedStateError("evaluated digest mismatch: the sources' evaluation times changed")
     late = [s.name for s in sources if s.evaluated_at > header.written_at]
     if header.observed_at > header.written_at or late:
-        raise CorruptStateError(
+        raise DamagedStateError(
             "written_at is earlier than the observed time or the evaluation time of "
             f"{', '.join(late) or 'the state'}: no commit writes that"
         )
@@ -183,10 +181,10 @@ def source_fields(row: Named, header: StateHeader) -> Named:
     stored = row.get("evaluated_at")
     if header.evaluated_digest is None:
         if stored is not None:
-            raise CorruptStateError("a source's evaluated_at under a header without the times")
+            raise DamagedStateError("a source's evaluated_at under a header without the times")
         evaluated = header.written_at
     elif stored is None:
-        raise CorruptStateError("a source without evaluated_at under a header with the times")
+        raise DamagedStateError("a source without evaluated_at under a header with the times")
     else:
         evaluated = as_int(stored)
     return {
@@ -225,22 +223,3 @@ def source_row(sid: int, source: SourceRecord) -> tuple[Any, ...]:
         "evaluated_at": source.evaluated_at,
     }
     return tuple(values[c] for c in SOURCE_COLUMNS)
-
-
-# ------------------------------------------------------------------ strict values
-def as_int(value: object) -> int:
-    if type(value) is not int:
-        raise TypeError(f"expected an integer, found {type(value).__name__}")
-    return value
-
-
-def as_text(value: object) -> str:
-    if not isinstance(value, str):
-        raise TypeError(f"expected text, found {type(value).__name__}")
-    return value
-
-
-def as_blob(value: object) -> bytes:
-    if not isinstance(value, bytes | bytearray | memoryview):
-        raise TypeError(f"expected a blob, found {type(value).__name__}")
-    return bytes(value)

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import logging
 import struct
-import uuid
-from abc import ABC, abstractmethod
+from abc import abstractmethod
 from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -18,28 +17,34 @@ from typing import Any, TypeVar
 
 from persistence.errors import (
     BackendClosedError,
+    CallInterruptedError,
     CommitConflictError,
-    CorruptStateError,
+    DamagedStateError,
     PersistenceError,
     TransientError,
-    UnsupportedSchemaError,
 )
+from persistence.interrupt import Interrupt
 from persistence.lock import OwnerLock
 from persistence.meta_rows import (
-    add_columns,
     checked_observed_at,
     header_row,
-    missing_columns,
     read_header,
     source_fields,
     source_row,
     source_rows,
 )
-from persistence.meta_rows import as_blob as _blob
-from persistence.meta_rows import as_int as _int
+from persistence.rows import (
+    BATCH,
+    V4,
+    V6,
+    Row,
+    as_blob,
+    as_int,
+    batches,
+    vrp_rows,
+)
 from persistence.schema import (
     ASPA_COLUMNS,
-    DDL,
     HEADER_COLUMNS,
     PROVIDER_COLUMNS,
     RANGE_CHECKS,
@@ -49,37 +54,20 @@ from persistence.schema import (
     VRP_COLUMNS,
 )
 from persistence.state import (
-    SCHEMA_VERSION,
     CommitReceipt,
     PersistedState,
     SourceRecord,
     StateHeader,
     StateId,
 )
+from persistence.structure import StructureChecks
 from snapshot.model import Aspa, PayloadError, RouterKey
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
-#: Rows per insert or fetch batch.
-BATCH = 256
-_V4 = struct.Struct(">4sBBI")
-_V6 = struct.Struct(">16sBBI")
-Row = tuple[Any, ...]
 
 
-def batches(rows: Iterator[Row], size: int = BATCH) -> Iterator[list[Row]]:
-    """Consecutive lists of at most ``size`` rows."""
-    batch: list[Row] = []
-    for row in rows:
-        batch.append(row)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
-
-
-class SqlStore(ABC):
+class SqlStore(StructureChecks):
     """The schema-v2 logic on one connection; not thread-safe (one worker thread calls it)."""
 
     backend_name = "sql"
@@ -94,6 +82,11 @@ class SqlStore(ABC):
         self.store_id: str | None = None
         self._db: Any = None
         self._lock = lock
+        self._interrupt = Interrupt()
+        #: The name of the call running now (set on the worker thread, read by the closer).
+        self.running: str | None = None
+        #: The name of the call the interrupt ended (its transaction rolled back), if any.
+        self.interrupted: str | None = None
 
     def _take_ownership(self) -> None:
         """Create the directory, then take the owner lock (before any connection).
@@ -113,14 +106,27 @@ class SqlStore(ABC):
             self._lock.lock_database()
 
     def close_sync(self) -> None:
-        """Close the connection (the database checkpoints its WAL) and release the lock."""
+        """Close the connection (the database checkpoints its WAL) and release the lock.
+
+        An open transaction (an interrupted call's) is rolled back by the close itself.
+        """
         try:
-            if self._db is not None:
-                self._db.close()
+            with self._interrupt.guarded():
+                if self._db is not None:
+                    self._db.close()
+                self._db = None
         finally:
             self._db = None
             if self._lock is not None:
                 self._lock.release()
+
+    def interrupt(self) -> None:
+        """From any thread: end the running call and every later one (the close deadline).
+
+        The statement in progress ends with the driver's interrupt, its transaction rolls back,
+        and the call raises `CallInterruptedError`; the close still runs after it.
+        """
+        self._interrupt.request(lambda: self._db)
 
     # ------------------------------------------------------------------ dialect hooks
     @abstractmethod
@@ -133,9 +139,11 @@ class SqlStore(ABC):
         Anything else (an `AssertionError`, a bug, a `BaseException` such as cancellation)
         propagates unchanged, after the method's own cleanup.
         """
+        self.running = getattr(fn, "__name__", "a call")
         try:
             return fn(*args)
-        except (PersistenceError, AssertionError):
+        except (PersistenceError, AssertionError) as exc:
+            self._note_interrupted(fn, exc)
             raise
         except Exception as exc:
             translated = self.translate(exc)
@@ -143,15 +151,32 @@ class SqlStore(ABC):
                 translated = TransientError(f"{type(exc).__name__}: {exc}")
             if translated is None:
                 raise
+            if self._interrupt.requested and isinstance(translated, TransientError):
+                translated = CallInterruptedError(
+                    f"interrupted at the close deadline: {translated}"
+                )
+            self._note_interrupted(fn, translated)
             raise translated from exc
+        finally:
+            self.running = None
+
+    def _note_interrupted(self, fn: Callable[..., object], exc: BaseException) -> None:
+        if isinstance(exc, CallInterruptedError):
+            self.interrupted = getattr(fn, "__name__", "a call")
 
     @abstractmethod
     def open_sync(self, now: int) -> None:
         """Take ownership (or open read-only) and check or create the schema."""
 
-    @abstractmethod
     def _conn(self) -> Any:
-        """The open connection (raises `BackendClosedError` if none)."""
+        """The open connection for the next statement (`BackendClosedError` if none).
+
+        Raises `CallInterruptedError` once the store was interrupted.
+        """
+        self._interrupt.check()
+        if self._db is None:
+            raise closed()
+        return self._db
 
     @abstractmethod
     def _begin(self, *, write: bool) -> None: ...
@@ -168,61 +193,6 @@ class SqlStore(ABC):
 
     @abstractmethod
     def _table_names(self) -> set[str]: ...
-
-    # ------------------------------------------------------------------ schema
-    def ensure_schema(self, created_at: int) -> None:
-        """Create the schema in an empty database; refuse any other schema.
-
-        A schema-2 file written before the time columns gets them (`persistence.meta_rows`).
-        """
-        tables = self._table_names()
-        if not tables:
-            self._in_write(self._create, created_at)
-            tables = self._table_names()
-        self.check_schema(tables)
-        missing = missing_columns(self._conn())
-        if missing:
-            self._in_write(add_columns, self._conn(), missing)
-            log.info("%s: added the columns %s", self.path, ", ".join(c for _, c, _ in missing))
-
-    def _create(self, created_at: int) -> None:
-        for statement in DDL:
-            self._conn().execute(statement)
-        self._conn().execute(
-            "INSERT INTO schema_info VALUES (?, ?, ?)",
-            (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
-        )
-
-    def _in_write(self, fn: Callable[..., object], *args: Any) -> None:
-        """``fn(*args)`` in one write transaction (rolled back on any error)."""
-        self._begin(write=True)
-        try:
-            fn(*args)
-            self._commit()
-        except BaseException:
-            self._rollback()
-            raise
-
-    def check_schema(self, tables: set[str] | None = None) -> None:
-        """Refuse a database whose schema is not exactly version 2 of ours."""
-        tables = self._table_names() if tables is None else tables
-        if "schema_info" not in tables:
-            raise UnsupportedSchemaError(
-                f"not an rtr-serve state database (tables: {', '.join(sorted(tables))})"
-            )
-        rows = self._conn().execute("SELECT schema_version, store_id FROM schema_info").fetchall()
-        if len(rows) != 1:
-            raise CorruptStateError(f"schema_info holds {len(rows)} rows, not 1")
-        version, store_id = rows[0]
-        if version != SCHEMA_VERSION:
-            raise UnsupportedSchemaError(
-                f"schema version {version!r} is not the supported version {SCHEMA_VERSION}; "
-                "this build neither migrates nor wipes it"
-            )
-        missing = set(TABLES) - tables
-        if missing:
-            raise CorruptStateError(f"schema version 2 without tables {sorted(missing)}")
-        self.store_id = str(store_id)
 
     # ------------------------------------------------------------------ reads
     def read_header_sync(self) -> StateHeader | None:
@@ -246,14 +216,14 @@ class SqlStore(ABC):
             for table, query in RANGE_CHECKS:
                 (bad,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
                 if bad:
-                    raise CorruptStateError(f"{table}: {bad} rows break a type or range rule")
+                    raise DamagedStateError(f"{table}: {bad} rows break a type or range rule")
             try:
                 sources = self._read_sources(header)
                 observed_at = checked_observed_at(header, sources)
             except KeyError as exc:
-                raise CorruptStateError(f"payload rows of unknown source id {exc}") from exc
+                raise DamagedStateError(f"payload rows of unknown source id {exc}") from exc
             except (TypeError, ValueError, OverflowError, struct.error, PayloadError) as exc:
-                raise CorruptStateError(f"payload: {exc}") from exc
+                raise DamagedStateError(f"payload: {exc}") from exc
         finally:
             self._rollback()
         try:
@@ -269,26 +239,27 @@ class SqlStore(ABC):
                 observed_at=observed_at,
             )
         except ValueError as exc:  # e.g. two sources of one name
-            raise CorruptStateError(f"sources: {exc}") from exc
+            raise DamagedStateError(f"sources: {exc}") from exc
         if state.digest() != header.state_digest:
-            raise CorruptStateError("state digest mismatch: the rows are not what was committed")
+            raise DamagedStateError("state digest mismatch: the rows are not what was committed")
         return header, state
 
     def _fetch(self, sql: str) -> Iterator[Row]:
         cursor = self._conn().execute(sql)
         while rows := cursor.fetchmany(BATCH):
+            self._interrupt.check()
             yield from rows
 
     def _read_sources(self, header: StateHeader) -> tuple[SourceRecord, ...]:
         meta = source_rows(self._conn())
-        ids = [_int(row["source_id"]) for row in meta]
+        ids = [as_int(row["source_id"]) for row in meta]
         if len(set(ids)) != len(ids):
-            raise CorruptStateError("duplicate source ids")
+            raise DamagedStateError("duplicate source ids")
         v4: dict[int, list[bytes]] = {i: [] for i in ids}
         v6: dict[int, list[bytes]] = {i: [] for i in ids}
         v4_exp: dict[int, array[int]] = {i: array("q") for i in ids}
         v6_exp: dict[int, array[int]] = {i: array("q") for i in ids}
-        pack4, pack6 = _V4.pack, _V6.pack
+        pack4, pack6 = V4.pack, V6.pack
         columns = "source_id, family, network, max_length, prefix_length, asn, expires_at"
         sql = f"SELECT {columns} FROM vrps {self.vrp_order}"  # noqa: S608 - fixed text
         for sid, family, net, max_len, plen, asn, expires in self._fetch(sql):
@@ -303,24 +274,24 @@ class SqlStore(ABC):
             "SELECT source_id, ski, asn, spki, expires_at FROM router_keys ORDER BY source_id, seq"
         )
         for sid, ski, asn, spki, expires in self._fetch(sql):
-            keys[sid].append((RouterKey(_blob(ski), _int(asn), _blob(spki)), _int(expires)))
+            keys[sid].append((RouterKey(as_blob(ski), as_int(asn), as_blob(spki)), as_int(expires)))
         providers: dict[tuple[int, int], list[int]] = {}
         sql = "SELECT source_id, seq, provider FROM aspa_providers ORDER BY source_id, seq, idx"
         for sid, seq, provider in self._fetch(sql):
-            providers.setdefault((sid, seq), []).append(_int(provider))
+            providers.setdefault((sid, seq), []).append(as_int(provider))
         aspas: dict[int, list[tuple[Aspa, int]]] = {i: [] for i in ids}
         sql = "SELECT source_id, seq, customer, expires_at FROM aspas ORDER BY source_id, seq"
         for sid, seq, customer, expires in self._fetch(sql):
             listed = tuple(providers.pop((sid, seq), ()))
-            aspa = Aspa(_int(customer), listed)
+            aspa = Aspa(as_int(customer), listed)
             if aspa.providers != listed:
-                raise CorruptStateError(f"ASPA AS{customer}: providers not in normal form")
-            aspas[sid].append((aspa, _int(expires)))
+                raise DamagedStateError(f"ASPA AS{customer}: providers not in normal form")
+            aspas[sid].append((aspa, as_int(expires)))
         if providers:
-            raise CorruptStateError("ASPA providers without their ASPA")
+            raise DamagedStateError("ASPA providers without their ASPA")
         records = []
         for row in meta:
-            sid = _int(row["source_id"])
+            sid = as_int(row["source_id"])
             records.append(
                 SourceRecord(
                     **source_fields(row, header),
@@ -364,7 +335,7 @@ class SqlStore(ABC):
             conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
         for sid, source in enumerate(state.sources):
             self._insert("sources", SOURCE_COLUMNS, [source_row(sid, source)])
-            for batch in batches(_vrp_rows(sid, source)):
+            for batch in batches(vrp_rows(sid, source)):
                 self._insert("vrps", VRP_COLUMNS, batch)
             key_rows = (
                 (sid, seq, key.ski, key.asn, key.spki, expires)
@@ -400,17 +371,6 @@ def _check_cas(
     if current != expected:
         raise CommitConflictError(f"stored state is {current}, expected {expected}")
     return False
-
-
-def _vrp_rows(sid: int, source: SourceRecord) -> Iterator[Row]:
-    seq = 0
-    for family, keys, expires, unpack in (
-        (4, source.v4, source.v4_expires, _V4.iter_unpack),
-        (6, source.v6, source.v6_expires, _V6.iter_unpack),
-    ):
-        for (net, max_len, plen, asn), exp in zip(unpack(keys), expires, strict=True):
-            yield (sid, family, seq, net, plen, max_len, asn, exp)
-            seq += 1
 
 
 def closed() -> BackendClosedError:

@@ -21,8 +21,11 @@ from persistence.errors import (
     TransientError,
 )
 from persistence.lock import OwnerLock, normalise
-from persistence.sql_store import Row, SqlStore, closed
+from persistence.rows import Row
+from persistence.schema import TABLES
+from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
+from persistence.structure import Column
 
 #: Primary result codes of faults that may clear up: busy, locked, the lock protocol, plain
 #: I/O, no memory, interrupted, disk full, cannot open (the extended codes share them).
@@ -88,9 +91,7 @@ class SQLiteStore(SqlStore):
         self.max_page_count = max_page_count
 
     def _conn(self) -> sqlite3.Connection:
-        db: sqlite3.Connection | None = self._db
-        if db is None:
-            raise closed()
+        db: sqlite3.Connection = super()._conn()
         return db
 
     def open_sync(self, now: int) -> None:
@@ -104,8 +105,9 @@ class SQLiteStore(SqlStore):
             self._db = db
             self._lock_created_file()
             tables = self._table_names()
-            if tables:
-                self.check_schema(tables)  # before anything could write to a foreign file
+            if tables:  # before anything could write to a foreign or damaged file
+                self.check_schema(tables)
+                self.check_writable()
             _use_wal(db, self.path)
             db.execute("PRAGMA synchronous=FULL")
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
@@ -137,9 +139,10 @@ class SQLiteStore(SqlStore):
         self._conn().execute("COMMIT")
 
     def _rollback(self) -> None:
-        db = self._db
-        if db is not None and db.in_transaction:
-            db.execute("ROLLBACK")
+        with self._interrupt.guarded():
+            db = self._db
+            if db is not None and db.in_transaction:
+                db.execute("ROLLBACK")
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
         marks = ", ".join("?" * len(columns))
@@ -149,6 +152,19 @@ class SQLiteStore(SqlStore):
     def _table_names(self) -> set[str]:
         rows = self._conn().execute("SELECT name FROM sqlite_master WHERE type = 'table'")
         return {str(name) for (name,) in rows.fetchall()}
+
+    def _columns(self, table: str) -> tuple[Column, ...]:
+        rows = self._conn().execute(f"PRAGMA table_info({table})").fetchall()
+        return tuple((str(r[1]), str(r[2]).upper(), bool(r[3])) for r in rows)
+
+    def _foreign_objects(self) -> list[str]:
+        rows = self._conn().execute("SELECT type, name FROM sqlite_master").fetchall()
+        return [f"{kind} {name}" for kind, name in rows if not (kind == "table" and name in TABLES)]
+
+    def _integrity_problems(self) -> list[str]:
+        # quick_check reads every page; without indexes it checks what integrity_check does.
+        rows = self._conn().execute("PRAGMA quick_check").fetchall()
+        return [] if rows == [("ok",)] else [str(row[0]) for row in rows]
 
     def translate(self, exc: Exception) -> PersistenceError | None:
         """`classify` for `sqlite3` errors."""

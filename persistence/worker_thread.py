@@ -1,8 +1,10 @@
 """One dedicated thread per backend: database calls run there, one at a time, in order.
 
 The event loop only waits on an `anyio.Event`. A caller cancelled while its call runs does not
-stop the call (a database call cannot be interrupted safely); the result is dropped, and later
-calls queue behind it. `stop` ends the thread after the queued calls and waits a bounded time.
+stop the call (cancelling a waiter never cancels a transaction); the result is dropped, and
+later calls queue behind it. `stop` ends the thread after the queued calls and waits a bounded
+time; `interrupt_running` is the owner's cooperative cancel at a close deadline, `join` the wait
+that confirms the thread ended.
 Once a call is signalled done, the thread drops its references to it before it waits for the
 next one: an idle worker keeps no finished call's arguments, result or error alive.
 """
@@ -52,6 +54,8 @@ class WorkerThread:
         self._queue: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._stopping = False
+        #: The call the thread executes now (None while it waits for one).
+        self._running: _Call | None = None
 
     @property
     def alive(self) -> bool:
@@ -81,33 +85,62 @@ class WorkerThread:
             return
         self._queue.put(_Call(fn, (), None, None))
 
+    def running(self, *, besides: Callable[..., Any] | None = None) -> bool:
+        """Whether the thread executes a call now (other than ``besides``)."""
+        call = self._running
+        return call is not None and (besides is None or call.fn != besides)
+
     async def stop(self, wait: float) -> bool:
         """Finish the queued calls and end the thread; False if still busy after ``wait`` s."""
         self._stopping = True
+        if self._thread is None:
+            return True
+        self._queue.put(None)
+        return await self.join(wait)
+
+    async def join(self, wait: float) -> bool:
+        """Wait (shielded) up to ``wait`` s for the thread to end; whether it has ended."""
         thread = self._thread
         if thread is None:
             return True
-        self._queue.put(None)
-        with anyio.CancelScope(shield=True):
-            await anyio.to_thread.run_sync(thread.join, wait)
+        if wait > 0:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(thread.join, wait)
         return not thread.is_alive()
+
+    async def interrupt_running(
+        self,
+        interrupt: Callable[[], None],
+        *,
+        besides: Callable[..., Any] | None = None,
+        every: float = 0.05,
+    ) -> None:
+        """Call ``interrupt`` every ``every`` s while a call other than ``besides`` runs.
+
+        Returns once none runs (the thread waits for a call, runs ``besides``, or ended). A
+        cancel that lands between two statements is repeated until the call has ended.
+        """
+        while self.alive and self.running(besides=besides):
+            interrupt()
+            await self.join(every)
 
     def _loop(self) -> None:
         while True:
             call = self._queue.get()
             if call is None:
                 return
+            self._running = call
             self._execute(call)
             # Idle without the finished call: its function, arguments, result and error belong
             # to the caller (who may have dropped them already), not to this thread.
             del call
 
-    @staticmethod
-    def _execute(call: _Call) -> None:
+    def _execute(self, call: _Call) -> None:
         try:
             call.result = call.fn(*call.args)
         except BaseException as exc:  # noqa: BLE001 - handed to the awaiting task
             call.error = exc
+        self._running = None  # before the caller learns it ended: no longer running
         if call.done is None:
             if call.error is not None:  # nobody awaits a submitted call (close): say it here
                 log.error(

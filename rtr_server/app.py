@@ -32,7 +32,7 @@ from anyio.abc import TaskStatus
 from prometheus_client.registry import CollectorRegistry
 
 from persistence.backend import ThreadedBackend
-from persistence.errors import PersistenceError
+from persistence.errors import DamagedStateError
 from persistence.location import StateLocation
 from persistence.persister import Persister
 from persistence.state import StateId
@@ -321,7 +321,7 @@ class App:
                     held = self._handover.held(self.persister.persisted)
                     await self._report(close_failed(self._client_run.failure, held))
                 raise
-            await self._report(report)
+            await self._report(report, wait=0.0)  # the flush deadline is over
             listeners.cancel_scope.cancel()  # routers are told goodbye and the listeners close
 
     async def _close_in_order(
@@ -374,25 +374,29 @@ class App:
         backend = location.make_backend(wall=self.clock.wall)
         self.backend = backend
         stack.push_async_callback(self._close_backend, backend)
-        await backend.open()  # a refusal (owner, schema, missing extra) ends the start here
+        # A refusal ends the start here, the file untouched: another owner, a missing extra, or
+        # a file that cannot be written safely (not a database, a failed integrity check, a
+        # foreign or newer schema, other columns or objects, a damaged header).
+        await backend.open()
         started = self.clock.monotonic()
+        damaged = None
         try:
-            stored = await backend.read_state()
-        except PersistenceError as exc:
-            if exc.retryable:
-                raise
-            self.persistence_disabled = f"{type(exc).__name__}: {exc}"
+            stored = await backend.read_state()  # any other read failure ends the start too
+        except DamagedStateError as exc:
+            # Rows that fail a check in a sound file: not served; the first commit replaces them.
+            stored, damaged = None, await backend.read_header()
             log.error(
-                "state %s cannot be used (%s); it is left untouched and nothing is persisted "
-                "until it is moved away; starting from the network",
+                "state %s holds a damaged state (%s): it is not used; starting from the network, "
+                "and the first commit replaces it",
                 location,
                 exc,
             )
-            return
         persisted: StateId | None = None
         if stored is None:
-            log.info("state %s is empty: starting from the network", location)
-            self._epoch = 1
+            if damaged is None:
+                log.info("state %s is empty: starting from the network", location)
+            persisted = None if damaged is None else damaged.state_id
+            self._epoch = 1 if damaged is None else damaged.state_id.epoch + 1
         else:
             header, state = stored
             persisted = header.state_id
@@ -445,16 +449,21 @@ class App:
             ids = SessionIds.from_random(secrets.token_bytes(2))
         self.publisher.session_ids = ids
 
-    async def _report(self, report: ShutdownReport) -> None:
-        """Close the store (waiting for a commit still running), then log how the stop ended."""
+    async def _report(self, report: ShutdownReport, wait: float | None = None) -> None:
+        """Close the store, then log how the stop ended.
+
+        A call still running after ``wait`` s is interrupted and rolls back; the close returns
+        once the worker thread ended.
+        """
         if self.backend is not None:
-            await self._close_backend(self.backend)
+            await self._close_backend(self.backend, wait)
         self.shutdown = replace(report, close_error=self.persistence_close_error)
         self.shutdown.log(log)
 
-    async def _close_backend(self, backend: ThreadedBackend) -> None:
+    async def _close_backend(self, backend: ThreadedBackend, wait: float | None = None) -> None:
         # Idempotent: the orderly stop closes it before the listeners, the exit stack again.
-        self.persistence_close_error = await close_store(backend, self.persistence_close_error)
+        known = self.persistence_close_error
+        self.persistence_close_error = await close_store(backend, known, wait)
 
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
         backend = location.make_backend(read_only=True, wall=self.clock.wall)

@@ -674,11 +674,14 @@ async def _serve(
 async def _run_app(
     config: AppConfig, scope: anyio.CancelScope, *, task_status: TaskStatus[App]
 ) -> None:
-    """`run_app`; once it returned (an orderly stop) or failed, the rest is cancelled."""
-    try:
-        await run_app(config, task_status=task_status)
-    finally:
-        scope.cancel()
+    """`run_app`; once it returned (an orderly stop), the rest is cancelled.
+
+    A failure is not followed by a cancel: before the app started it is raised by `tg.start`,
+    after that the task group cancels the rest itself (a cancel here would swallow a refusal
+    at start, e.g. a state file that cannot be used, and exit 0).
+    """
+    await run_app(config, task_status=task_status)
+    scope.cancel()
 
 
 class _Stopper:

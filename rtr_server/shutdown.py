@@ -357,14 +357,16 @@ def _first_leaf(exc: BaseException) -> BaseException:
     return exc
 
 
-async def close_store(backend: ThreadedBackend, known: str | None) -> str | None:
-    """Close ``backend`` (shielded, bounded by its close timeout); why that failed, or None.
+async def close_store(
+    backend: ThreadedBackend, known: str | None, wait: float | None = None
+) -> str | None:
+    """Close ``backend`` (shielded; ``wait`` as `ThreadedBackend.close`); why it failed, or None.
 
     ``known`` is what an earlier call returned: the failure is logged (one error line) only
     once, and nothing is raised, so that it never replaces a primary error or cancellation.
     """
     with anyio.CancelScope(shield=True):
-        finished = await backend.close()
+        finished = await backend.close(wait=wait)
     if not finished:
         log.warning("persistence worker thread still busy at close")
         return known

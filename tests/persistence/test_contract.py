@@ -538,15 +538,12 @@ async def test_tampered_header_is_corrupt(
 ) -> None:
     path = tmp_path / "state.db"
     before = await tamper_and_read(kind, path, sql, args)
-    async with opened(kind, path) as backend:
-        assert backend.store_id is not None
-        with pytest.raises(CorruptStateError):
-            await backend.read_header()
-        with pytest.raises(CorruptStateError):
-            await backend.read_state()
-        # A commit reads the header first and writes nothing over a corrupt store.
-        with pytest.raises(CorruptStateError):
-            await backend.commit(make_state(backend.store_id, StateId(1, 2)), StateId(1, 1))
+    # The header is what every commit is checked against: the owner's open refuses the file
+    # (contract P-51), before anything could be written into it.
+    backend = make(kind, path)
+    with pytest.raises(CorruptStateError, match="header"):
+        await backend.open()
+    assert await backend.close()
     assert await anyio.Path(path).read_bytes() == before
 
 
@@ -592,9 +589,10 @@ async def test_header_of_another_schema_version_is_corrupt(kind: str, path: Path
     )
     with raw(kind, path) as db:
         db.execute("UPDATE header SET schema_version = 3, header_digest = ?", (digest,))
-    async with opened(kind, path) as backend:
-        with pytest.raises(CorruptStateError, match="schema version"):
-            await backend.read_header()
+    backend = make(kind, path)
+    with pytest.raises(CorruptStateError, match="schema version"):
+        await backend.open()  # the owner refuses a damaged header at open (P-51)
+    assert await backend.close()
 
 
 # ---------------------------------------------------------------- ownership and lifecycle

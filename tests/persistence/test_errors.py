@@ -202,10 +202,19 @@ async def test_sqlite_damaged_pages_are_corrupt(tmp_path: Path) -> None:
     middle = size // 4096 // 2 * 4096
     data[middle : middle + 4 * 4096] = b"\xff" * (4 * 4096)
     await anyio.Path(path).write_bytes(bytes(data))
-    async with opened("sqlite", path) as backend:
+    owner = make("sqlite", path)
+    with pytest.raises(CorruptStateError):
+        await owner.open()  # the owner's integrity check refuses the file (P-51)
+    assert await owner.close()
+    # A read-only follower runs no integrity check: its read meets the damaged pages.
+    backend = SQLiteBackend(path, read_only=True)
+    await backend.open()
+    try:
         assert await backend.read_header() is not None  # the header page is intact
         with pytest.raises(PersistenceError) as caught:
             await backend.read_state()
+    finally:
+        assert await backend.close()
     check(caught.value, BROKEN)
     assert caught.value.__cause__ is not None
     assert getattr(caught.value.__cause__, "sqlite_errorcode", None) == sqlite3.SQLITE_CORRUPT

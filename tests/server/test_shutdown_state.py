@@ -33,6 +33,7 @@ from rtr_server.protocol import (
     SerialNotify,
     decode,
 )
+from tests.persistence.test_close_interrupt import SLOW_TRIGGER
 from tests.server.helpers import (
     Doc,
     RouterState,
@@ -374,6 +375,40 @@ def test_a_second_sigterm_stops_the_wait(tmp_path: Path) -> None:
     assert "NOT persisted (the wait was cut short by a second SIGTERM)" in line["msg"], line
     assert "no longer waiting for the state to be persisted" in text
     assert took < 5.0 + 3.0, text
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_commit_in_its_transaction_at_the_deadline_is_interrupted_and_rolled_back(
+    tmp_path: Path, backend: str
+) -> None:
+    db, source = tmp_path / "state.db", tmp_path / "export.json"
+    flush_timeout = 2.0
+    write_export(source, base_export())
+    with rtr_serve(db, source, "--flush-timeout", str(flush_timeout), backend=backend) as serve:
+        serve.log.wait(is_commit, QUICK)
+        with sqlite3.connect(db, isolation_level=None) as conn:  # every VRP insert runs for ever
+            conn.execute(SLOW_TRIGGER)
+        conn.close()
+        write_export(source, updated_export())
+        serve.log.wait(published(1), QUICK)
+        started = time.monotonic()
+        code, line = serve.stop(QUICK + 30)
+        took = time.monotonic() - started
+    text = serve.log.text()
+    assert code == 1, text
+    assert line is not None, text
+    assert line["persisted"] is False
+    assert "NOT persisted (the flush timeout of 2 s ran out)" in line["msg"], line
+    # No wait beyond the flush deadline: the running statement is interrupted, not waited for.
+    assert took < flush_timeout + 3.0, text
+    assert "commit_sync still runs at the close deadline: interrupting it" in text, text
+    assert "commit_sync was interrupted and rolled back" in text, text
+    assert "still busy" not in text, text
+    with sqlite3.connect(db, isolation_level=None) as conn:
+        conn.execute("DROP TRIGGER slow")
+    conn.close()
+    # The transaction rolled back: the restart serves the older set.
+    restart_serves(db, source, base_export())
 
 
 # ------------------------------------------------------------------------------ the real table

@@ -219,7 +219,9 @@ async def test_a_second_owner_is_refused_before_any_network(tmp_path: Path, back
         assert second.server.addresses == []  # it never listened
 
 
-async def test_a_corrupt_state_file_is_left_untouched(tmp_path: Path) -> None:
+async def test_a_digest_mismatch_is_not_served_and_persistence_goes_on(tmp_path: Path) -> None:
+    """P-51: damaged rows in a sound file never enter the online view; the owner resyncs from
+    the network and keeps persisting (the file can be written safely)."""
     source = tmp_path / "export.json"
     write_export(source, base_export())
     state = location(tmp_path, "sqlite")
@@ -232,11 +234,12 @@ async def test_a_corrupt_state_file_is_left_untouched(tmp_path: Path) -> None:
     db.close()
     before = state.path.read_bytes()
     async with running(config) as app:
-        assert app.persistence_disabled is not None
-        assert "digest" in app.persistence_disabled
-        assert app.persister is None
+        assert app.recovery is None  # nothing of the damaged state came back
+        assert app.persister is not None
         await wait_until(lambda: app.state is not None, what="a publish from the network")
-    assert state.path.read_bytes() == before
+        with anyio.fail_after(TIMEOUT):
+            await app.persister.flush()
+    assert state.path.read_bytes() != before  # replaced by the first commit
 
 
 async def test_a_reader_follows_the_owner(tmp_path: Path) -> None:
