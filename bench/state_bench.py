@@ -28,7 +28,8 @@ import anyio
 from persistence.location import StateLocation
 from persistence.state import StateId
 from rtr_server import __version__
-from rtr_server.app import App, AppConfig
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig
 from rtr_server.recovery import build_state
 from rtr_server.settings import ListenAddress, ServerSettings
 from upstream.clock import FixedWallClock

@@ -27,7 +27,8 @@ from persistence.errors import PersistenceError
 from persistence.location import StateLocation, parse_state_location
 from rtr_server import __version__, gen_cert
 from rtr_server.access import Network, parse_network, parse_networks
-from rtr_server.app import App, AppConfig, run_app
+from rtr_server.app import App, run_app
+from rtr_server.app_config import AppConfig
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings, parse_http_address
 from rtr_server.logs import LOG_FORMATS, LOG_LEVELS, LogSettings, configure

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 import anyio
 
-from rtr_server.app import AppConfig
+from rtr_server.app_config import AppConfig
 from rtr_server.logs import LogSettings, configure
 
 if TYPE_CHECKING:

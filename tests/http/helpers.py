@@ -12,7 +12,8 @@ import anyio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from rtr_server.app import App, AppConfig, make_clock
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.http.settings import HttpSettings
 from rtr_server.settings import ListenAddress
 from tests.server.helpers import settings, wait_until

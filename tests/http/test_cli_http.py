@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rtr_server.app import AppConfig
+from rtr_server.app_config import AppConfig
 from rtr_server.cli import apply_config_file, build_parser, config_from_args
 from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings
 from tests.server.helpers import base_export, write_export

@@ -19,7 +19,8 @@ from typing import Any
 
 import anyio
 
-from rtr_server.app import App, AppConfig, make_clock
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.connection import RtrConnection
 from rtr_server.protocol import (
     AspaPdu,

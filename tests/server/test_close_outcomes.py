@@ -31,7 +31,8 @@ from persistence import sqlite_backend
 from persistence.location import StateLocation
 from persistence.sqlite_backend import SQLiteBackend, SQLiteStore
 from persistence.state import StateId
-from rtr_server.app import App, AppConfig
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig
 from rtr_server.http import observe
 from tests.server.helpers import settings
 from tests.upstream.helpers import wait_for

@@ -32,7 +32,8 @@ from persistence.state import (
     StateHeader,
     StateId,
 )
-from rtr_server.app import App, AppConfig
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig
 from rtr_server.follower import StateFollower
 from snapshot.model import pack_v4
 from snapshot.snapshot import Snapshot

@@ -18,7 +18,8 @@ import pytest
 
 from persistence.errors import OwnerLockedError
 from persistence.location import StateLocation
-from rtr_server.app import App, AppConfig
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig
 from tests.server.helpers import (
     FAR,
     RouterState,

@@ -17,7 +17,7 @@ from typing import Any, cast
 import anyio
 import pytest
 
-from rtr_server.app import AppConfig
+from rtr_server.app_config import AppConfig
 from rtr_server.settings import ListenAddress
 from snapshot.snapshot import Snapshot
 from tests.server.helpers import TIMERS, settings

@@ -12,7 +12,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from rtr_server.app import AppConfig
+from rtr_server.app_config import AppConfig
 from rtr_server.protocol import (
     CacheResponse,
     EndOfData,
