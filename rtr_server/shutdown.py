@@ -143,7 +143,7 @@ class StopRequest:
         await self._event.wait()
 
     def abort(self, reason: str) -> None:
-        """Stop waiting for the final commit; the close goes on (a running commit still ends)."""
+        """Stop waiting for the final commit; the close goes on (a running one is interrupted)."""
         if self.abort_reason is None:
             self.abort_reason = reason
         for scope in list(self._scopes):
