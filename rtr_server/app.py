@@ -35,10 +35,11 @@ from persistence.errors import DamagedStateError
 from persistence.location import StateLocation
 from persistence.persister import Persister
 from persistence.state import StateId
-from rtr_server import __version__
+from rtr_server import __version__, app_view
 from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.follower import StateFollower
 from rtr_server.http.api import HttpApi
+from rtr_server.http.view import GroupView, SourceView
 from rtr_server.publish_log import PublishLog, log_publish
 from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
 from rtr_server.server import RtrServer
@@ -114,6 +115,24 @@ class App:
         if self.client is None:
             raise RuntimeError("a state follower runs no upstream client")
         return self.client
+
+    # ------------------------------------------------------------------ what HTTP reads
+    def source_views(self) -> tuple[SourceView, ...]:
+        """Every configured source with its status (see `rtr_server.http.view.AppView`)."""
+        return app_view.source_views(self.client)
+
+    def group_views(self) -> tuple[GroupView, ...]:
+        """Every group in priority order."""
+        return app_view.group_views(self.client)
+
+    def active_groups(self) -> dict[str, str | None]:
+        """The active group per payload kind."""
+        return app_view.active_groups(self.client)
+
+    def usable_until(self) -> float | None:
+        """Until when the client's current snapshot is exact."""
+        current = None if self.client is None else self.client.get_snapshot()
+        return None if current is None else current.usable_until
 
     @property
     def sources(self) -> tuple[Source, ...]:

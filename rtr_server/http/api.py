@@ -42,11 +42,11 @@ from rtr_server.http.queries import aspa_document, aspa_parameters, parse_asn, v
 from rtr_server.http.server import HttpServer
 from rtr_server.http.settings import HttpSettings
 from rtr_server.http.status import status_document
+from rtr_server.http.view import AppView
 from rtr_server.http.wire import Request, Response
 from snapshot.queries import validate_origin
 
 if TYPE_CHECKING:
-    from rtr_server.app import App
     from snapshot.publisher import PublishedState
 
 log = logging.getLogger(__name__)
@@ -96,7 +96,7 @@ def _etag_matches(header: str | None, etag: str) -> bool:
 class HttpApi:
     """Routes requests to the app's views; owns the `HttpServer`."""
 
-    def __init__(self, app: App, settings: HttpSettings, registry: CollectorRegistry) -> None:
+    def __init__(self, app: AppView, settings: HttpSettings, registry: CollectorRegistry) -> None:
         """Register the metric collectors on ``registry``; nothing is bound until `serve`."""
         self.app = app
         self.settings = settings

@@ -18,12 +18,12 @@ from prometheus_client.registry import CollectorRegistry
 
 from rtr_server import __version__
 from rtr_server.http import observe
+from rtr_server.http.view import KINDS, SOURCE_STATES, AppView
 from rtr_server.protocol import ErrorCode
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from rtr_server.app import App
 
 Families = Iterable["Metric"]
 
@@ -43,7 +43,7 @@ def _flag(value: bool) -> float:
 class SourceCollector:
     """Per source: state, last success, records, bytes, errors; per group: started, active."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: AppView) -> None:
         """Read ``app`` on every scrape."""
         self.app = app
 
@@ -81,7 +81,7 @@ class SourceCollector:
             ["source"],
         )
         for src in observe.sources(self.app):
-            for name in observe.SOURCE_STATES:
+            for name in SOURCE_STATES:
                 state.add_metric([src.name, src.kind, name], _flag(src.state == name))
             if src.connected is not None:
                 connected.add_metric([src.name], _flag(src.connected))
@@ -102,7 +102,7 @@ class SourceCollector:
         started = _gauge("rpki_group_started", "1 once the group's sources run", ["group"])
         for group in observe.groups(self.app):
             started.add_metric([group.name], _flag(group.started))
-            for kind in observe.KINDS:
+            for kind in KINDS:
                 active.add_metric([group.name, kind], _flag(kind in group.active_for))
         yield from (state, connected, success, age, records, read, errors, syncs, active, started)
 
@@ -110,7 +110,7 @@ class SourceCollector:
 class SnapshotCollector:
     """The served state: serial, session ids, records by kind, age, expiry, health."""
 
-    def __init__(self, app: App, stale_after: float) -> None:
+    def __init__(self, app: AppView, stale_after: float) -> None:
         """Read ``app`` on every scrape; ``stale_after`` is the /healthz staleness bound."""
         self.app = app
         self.stale_after = stale_after
@@ -169,7 +169,7 @@ class SnapshotCollector:
 class SessionCollector:
     """Router sessions: clients by version, queries, notifies, bytes, errors, disconnects."""
 
-    def __init__(self, app: App, *, router_lag: bool) -> None:
+    def __init__(self, app: AppView, *, router_lag: bool) -> None:
         """Read ``app`` on every scrape; ``router_lag`` adds one lag series per router."""
         self.app = app
         self.router_lag = router_lag
@@ -246,7 +246,7 @@ def _error_name(code: int) -> str:
 class PersistenceCollector:
     """The persister's status; nothing when state is kept in memory only."""
 
-    def __init__(self, app: App) -> None:
+    def __init__(self, app: AppView) -> None:
         """Read ``app`` on every scrape."""
         self.app = app
 
@@ -308,7 +308,7 @@ class NonEmpty:
 
 
 def register_collectors(
-    registry: CollectorRegistry, app: App, *, router_lag: bool, stale_after: float
+    registry: CollectorRegistry, app: AppView, *, router_lag: bool, stale_after: float
 ) -> None:
     """Register the snapshot, session, source and persistence collectors for ``app``."""
     registry.register(NonEmpty(SnapshotCollector(app, stale_after)))

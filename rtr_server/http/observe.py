@@ -1,6 +1,6 @@
-"""Read-only views of a running `App` for /status, /healthz, /metrics and the dashboard.
+"""Read-only views of the running process (`AppView`): /status, /healthz, /metrics, dashboard.
 
-Every function reads the app's public attributes at one moment (in the event loop thread, so
+Every function reads the view at one moment (in the event loop thread, so
 the picture is consistent within a call) and returns plain frozen values; nothing here changes
 the app. Time comes from the caller (``now``, Unix seconds from the app's clock).
 
@@ -21,74 +21,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, cast
 
+from rtr_server.http.view import (
+    AppView,
+    GroupView,
+    SourceView,
+)
 from snapshot.serial import Serial
-
-if TYPE_CHECKING:
-    from rtr_server.app import App
-
-#: The values of upstream.status.SourceState, in the order metrics list them.
-SOURCE_STATES = ("starting", "waiting", "ok", "error", "expired")
-#: Payload kinds in the order they are shown.
-KINDS = ("vrp", "aspa", "router_key")
-
-
-class PersisterStatus(Protocol):
-    """What the persistence layer reports (see `Persister`)."""
-
-    @property
-    def backend(self) -> str: ...
-    @property
-    def path(self) -> str: ...
-    @property
-    def last_persisted_id(self) -> str | None: ...
-    @property
-    def last_commit_wall(self) -> float | None: ...
-    @property
-    def commits(self) -> int: ...
-    @property
-    def failures(self) -> int: ...
-    @property
-    def last_error(self) -> str | None: ...
-
-
-class Persister(Protocol):
-    """The app's ``persister`` attribute when state is saved (absent or None: memory only)."""
-
-    @property
-    def status(self) -> PersisterStatus: ...
-
-
-@dataclass(frozen=True, slots=True)
-class SourceView:
-    """One source as configured and as it stands."""
-
-    name: str
-    kind: str
-    location: str
-    group: str
-    state: str
-    #: RTR sources: whether the connection is up; None for pollers.
-    connected: bool | None
-    last_success_wall: float | None
-    last_error: str | None
-    last_error_wall: float | None
-    records: dict[str, int]
-    bytes_read: int
-    errors: dict[str, int]
-    syncs: int
-
-
-@dataclass(frozen=True, slots=True)
-class GroupView:
-    """One group: its priority, whether it runs, and the kinds it is active for."""
-
-    name: str
-    priority: int
-    started: bool
-    active_for: tuple[str, ...]
-    sources: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,81 +118,38 @@ class Health:
 # ------------------------------------------------------------------ sources and groups
 
 
-def sources(app: App) -> tuple[SourceView, ...]:
+def sources(app: AppView) -> tuple[SourceView, ...]:
     """Every configured source with its status (none for a state follower)."""
-    if app.client is None:
-        return ()
-    group_of = {s.name: s.group for s in app.client.config.sources}
-    out: list[SourceView] = []
-    for source in app.client.sources:
-        st = source.status
-        out.append(
-            SourceView(
-                name=st.name,
-                kind=st.kind,
-                location=st.location,
-                group=group_of.get(st.name, ""),
-                state=st.state.value,
-                connected=st.connected,
-                last_success_wall=st.last_success_wall,
-                last_error=st.last_error,
-                last_error_wall=st.last_error_wall,
-                records=dict(st.records),
-                bytes_read=st.bytes_read,
-                errors=dict(st.errors),
-                syncs=st.syncs,
-            )
-        )
-    return tuple(out)
+    return app.source_views()
 
 
-def active_groups(app: App) -> dict[str, str | None]:
+def active_groups(app: AppView) -> dict[str, str | None]:
     """The active group per payload kind (None: no group is ready for it)."""
-    if app.client is None:
-        return dict.fromkeys(KINDS)
-    active = app.client.get_status().active
-    by_kind = {kind.value: group for kind, group in active.items()}
-    return {kind: by_kind.get(kind) for kind in KINDS}
+    return app.active_groups()
 
 
-def groups(app: App) -> tuple[GroupView, ...]:
+def groups(app: AppView) -> tuple[GroupView, ...]:
     """Every group in priority order (none for a state follower)."""
-    if app.client is None:
-        return ()
-    status = app.client.get_status()
-    started = set(status.started_groups)
-    active = active_groups(app)
-    config = app.client.config
-    return tuple(
-        GroupView(
-            name=g.name,
-            priority=g.priority,
-            started=g.name in started,
-            active_for=tuple(k for k in KINDS if active[k] == g.name),
-            sources=tuple(s.name for s in config.sources if s.group == g.name),
-        )
-        for g in sorted(config.effective_groups(), key=lambda g: g.priority)
-    )
+    return app.group_views()
 
 
 # ------------------------------------------------------------------ the served state
 
 
-def snapshot(app: App) -> SnapshotInfo | None:
+def snapshot(app: AppView) -> SnapshotInfo | None:
     """The served state, or None before the first publish."""
     state = app.state
     if state is None:
         return None
     last = app.publishes.last
     published = last.wall if last is not None and last.serial == state.serial.value else None
-    current = None if app.client is None else app.client.get_snapshot()
     ids = state.session_ids
     return SnapshotInfo(
         serial=state.serial.value,
         session_ids={"v0": ids.v0, "v1": ids.v1, "v2": ids.v2},
         counts=state.snapshot.counts(),
         published_wall=published,
-        next_expiry_wall=current.usable_until if current is not None else None,
+        next_expiry_wall=app.usable_until(),
         publishes=app.publishes.total,
     )
 
@@ -267,7 +163,7 @@ def _lag(serial: Serial | None, current: Serial | None) -> int | None:
     return serial.distance_to(current)
 
 
-def sessions(app: App) -> SessionsView:
+def sessions(app: AppView) -> SessionsView:
     """Connected routers (each with its serial lag) and the server's counters."""
     server = app.server
     state = server.state
@@ -329,9 +225,9 @@ def sessions(app: App) -> SessionsView:
 # ------------------------------------------------------------------ persistence
 
 
-def persistence(app: App) -> PersistenceView | None:
+def persistence(app: AppView) -> PersistenceView | None:
     """The persister's status, or None when state is kept in memory only."""
-    persister = cast("Persister | None", getattr(app, "persister", None))
+    persister = app.persister
     if persister is None:
         return None
     st = persister.status
@@ -343,30 +239,29 @@ def persistence(app: App) -> PersistenceView | None:
         commits=st.commits,
         failures=st.failures,
         last_error=st.last_error,
-        # Read by name: a stand-in status may lack these (they are optional in the protocol).
-        stopped=bool(getattr(st, "stopped", False)),
-        error_code=getattr(st, "error_code", None),
-        error_details=getattr(st, "error_details", None),
-        close_error=getattr(app, "persistence_close_error", None),
+        stopped=st.stopped,
+        error_code=st.error_code,
+        error_details=st.error_details,
+        close_error=app.persistence_close_error,
     )
 
 
 # ------------------------------------------------------------------ health
 
 
-def health(app: App, now: float, stale_after: float) -> Health:
+def health(app: AppView, now: float, stale_after: float) -> Health:
     """The /healthz verdict at ``now`` (see the module docstring for the rules)."""
     state = app.state
     if state is None:
         return Health(
             healthy=False, reason="no_data", detail="no data yet: routers get No Data Available"
         )
-    current = None if app.client is None else app.client.get_snapshot()
-    if current is not None and current.usable_until is not None and now >= current.usable_until:
+    until = app.usable_until()
+    if until is not None and now >= until:
         return Health(
             healthy=False,
             reason="expired",
-            detail=f"served data holds entries that expired {now - current.usable_until:.0f} s ago",
+            detail=f"served data holds entries that expired {now - until:.0f} s ago",
         )
     if state.snapshot.is_empty():
         return Health(

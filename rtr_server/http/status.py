@@ -3,20 +3,18 @@
 from __future__ import annotations
 
 from dataclasses import asdict
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rtr_server import __version__
 from rtr_server.http import observe
 from rtr_server.http.export import iso_time
-
-if TYPE_CHECKING:
-    from rtr_server.app import App
+from rtr_server.http.view import AppView
 
 #: Routers listed in /status (counts stay exact beyond it).
 MAX_LISTED_ROUTERS = 1000
 
 
-def status_document(app: App, stale_after: float) -> dict[str, Any]:
+def status_document(app: AppView, stale_after: float) -> dict[str, Any]:
     """Health, snapshot, groups, sources, sessions, publishes and persistence."""
     now = app.clock.wall()
 

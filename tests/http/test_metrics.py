@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.http.observe import SOURCE_STATES
+from rtr_server.http.view import SOURCE_STATES
 from rtr_server.protocol import CloseReason, ErrorCode
 from tests.http.helpers import (
     Metrics,
@@ -172,6 +172,9 @@ class _PersisterStatus:
     commits: int = 4
     failures: int = 1
     last_error: str | None = "disk full"
+    stopped: bool = False
+    error_code: str | None = None
+    error_details: dict[str, str] | None = None
 
 
 @dataclass

@@ -143,8 +143,9 @@ async def test_damaged_stored_times_are_corrupt(kind: str, path: Path, sql: str)
         await backend.commit(timed(backend.store_id, StateId(1, 1), clock), None)
     with raw(kind, path) as db:
         db.execute(sql)
-    async with opened(kind, path) as backend:
-        with pytest.raises(CorruptStateError):
+    with pytest.raises(CorruptStateError):
+        # A damaged header fails the owner's open (P-51); damaged source rows fail the read.
+        async with opened(kind, path) as backend:
             await backend.read_state()
 
 
