@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSAttribute
 
+from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.connection import RtrConnection
 from rtr_server.protocol import SendDelta, SendFull
@@ -34,8 +35,6 @@ from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_con
 from snapshot.publisher import PublishedState
 
 log = logging.getLogger(__name__)
-
-ACCEPT_BACKOFF_MAX = 1.0
 
 
 class RtrServer:
@@ -155,20 +154,12 @@ class RtrServer:
     async def _accept_loop(
         self, listener: SocketListener, spec: ListenAddress, name: str, tg: TaskGroup
     ) -> None:
-        backoff = 0.01
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    # E.g. EMFILE: never let an accept error kill the listener.
-                    self.stats.accept_errors += 1
-                    log.error("accept failed: %s; retrying in %.2f s", exc, backoff)
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
-                    continue
-                backoff = 0.01
-                self._admit(stream, tg, spec, name)
+        def failed() -> None:
+            self.stats.accept_errors += 1
+
+        await accept_forever(
+            listener, lambda stream: self._admit(stream, tg, spec, name), what=name, failed=failed
+        )
 
     def _admit(self, stream: SocketStream, tg: TaskGroup, spec: ListenAddress, name: str) -> None:
         try:

@@ -24,6 +24,7 @@ import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.buffered import BufferedByteReceiveStream
 
+from rtr_server.accept import accept_forever
 from rtr_server.http.settings import HttpSettings
 from rtr_server.http.wire import (
     HttpError,
@@ -40,7 +41,6 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 #: Bytes per send call for large bodies (the /json export is tens of MB).
 SEND_SLICE = 256 * 1024
-ACCEPT_BACKOFF_MAX = 1.0
 _END_OF_HEAD = b"\r\n\r\n"
 
 
@@ -98,24 +98,16 @@ class HttpServer:
             task_status.started(self.addresses)
 
     async def _accept_loop(self, listener: SocketListener, tg: TaskGroup) -> None:
-        backoff = 0.01
-        async with listener:
-            while True:
-                try:
-                    stream = await listener.accept()
-                except OSError as exc:
-                    log.error("HTTP accept failed: %s; retrying in %.2f s", exc, backoff)
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
-                    continue
-                backoff = 0.01
-                if self.active >= self.settings.max_connections:
-                    self.stats.rejected_connections += 1
-                    tg.start_soon(self._refuse, stream)
-                    continue
-                self.active += 1
-                self.stats.connections += 1
-                tg.start_soon(self._connection, stream)
+        await accept_forever(listener, lambda stream: self._admit(stream, tg), what="HTTP")
+
+    def _admit(self, stream: SocketStream, tg: TaskGroup) -> None:
+        if self.active >= self.settings.max_connections:
+            self.stats.rejected_connections += 1
+            tg.start_soon(self._refuse, stream)
+            return
+        self.active += 1
+        self.stats.connections += 1
+        tg.start_soon(self._connection, stream)
 
     async def _refuse(self, stream: SocketStream) -> None:
         response = Response(503, b"too many HTTP connections\n")

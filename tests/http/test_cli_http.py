@@ -12,7 +12,8 @@ import httpx
 import pytest
 
 from rtr_server.app_config import AppConfig
-from rtr_server.cli import apply_config_file, build_parser, config_from_args
+from rtr_server.cli_args import build_parser
+from rtr_server.cli_config import apply_config_file, config_from_args
 from rtr_server.http.settings import DEFAULT_STALE_AFTER, HttpSettings
 from tests.server.helpers import base_export, write_export
 from tests.server.test_cli import DEADLINE, RTR_SERVE, run_cli

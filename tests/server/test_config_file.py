@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rtr_server.cli import apply_config_file, build_parser, config_from_args
+from rtr_server.cli_args import build_parser
+from rtr_server.cli_config import apply_config_file, config_from_args
 from rtr_server.config_file import ConfigError, parse_config
 from tests.server.test_cli import PYTHON_M, run_cli
 from upstream.config import GroupConfig, SourceConfig

@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rtr_server.cli import build_check_config_parser, build_parser, check_config
+from rtr_server.cli_args import build_check_config_parser, build_parser
+from rtr_server.cli_config import check_config
 from tests.server.test_cli import RTR_SERVE, run_cli
 
 ROOT = Path(__file__).resolve().parents[2]

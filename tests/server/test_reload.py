@@ -13,7 +13,8 @@ import anyio
 import pytest
 
 from rtr_server.app import App
-from rtr_server.cli import build_parser, load_process_config
+from rtr_server.cli_args import build_parser
+from rtr_server.cli_config import load_process_config
 from rtr_server.logs import LogSettings
 from rtr_server.reload import ProcessConfig, Reloader, ReloadOutcome
 from tests.server.helpers import (
