@@ -71,9 +71,9 @@ from rtr_server.protocol.pdu import (
     RouterKeyPdu,
     SerialNotify,
     SerialQuery,
-    decode,
     encode,
 )
+from rtr_server.protocol.pdu_decode import decode
 from rtr_server.protocol.session import ServerSession, SessionState
 
 __all__ = [

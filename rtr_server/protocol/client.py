@@ -92,10 +92,9 @@ from rtr_server.protocol.pdu import (
     RouterKeyPdu,
     SerialNotify,
     SerialQuery,
-    decode_framed,
     encode,
-    parse_header,
 )
+from rtr_server.protocol.pdu_decode import decode_framed, parse_header
 from snapshot.model import (
     V4_KEY_SIZE,
     V6_KEY_SIZE,

@@ -14,7 +14,8 @@ import enum
 
 from rtr_server.protocol.constants import HEADER_SIZE, MAX_PDU_SIZE, ErrorCode
 from rtr_server.protocol.errors import RtrProtocolError
-from rtr_server.protocol.pdu import Pdu, decode_framed, parse_header
+from rtr_server.protocol.pdu import Pdu
+from rtr_server.protocol.pdu_decode import decode_framed, parse_header
 
 
 class NeedData(enum.Enum):

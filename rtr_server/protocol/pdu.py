@@ -1,9 +1,10 @@
-"""One frozen dataclass per RTR PDU, and `encode`/`decode` of exactly one complete PDU.
+"""One frozen dataclass per RTR PDU and `encode` of exactly one (decoding: `pdu_decode`).
 
-Start with `decode` (bytes → PDU, raising only `RtrProtocolError`) and `encode` (PDU → bytes,
-raising `ValueError` for a PDU that is not valid for its version). The dataclasses themselves do
-not validate, so anything a peer sends can be represented; `encode` is where our own output is
-checked. Layouts follow draft-ietf-sidrops-8210bis-27 §5 (and RFC 6810 / RFC 8210 for v0/v1):
+`encode` (PDU → bytes) raises `ValueError` for a PDU that is not valid for its version;
+`rtr_server.protocol.pdu_decode.decode` (bytes → PDU) raises only `RtrProtocolError`. The
+dataclasses themselves do not validate, so anything a peer sends can be represented; `encode`
+is where our own output is checked. Layouts follow draft-ietf-sidrops-8210bis-27 §5 (and
+RFC 6810 / RFC 8210 for v0/v1):
 
 * every PDU: version(1) type(1) octets 2-3 (session id / zero / error code / flags+zero)
   length(4);
@@ -20,7 +21,6 @@ kept as sent (we never send one).
 
 from __future__ import annotations
 
-import itertools
 import struct
 from dataclasses import dataclass
 from typing import ClassVar
@@ -38,9 +38,11 @@ from rtr_server.protocol.constants import (
     error_code_valid,
     pdu_type_valid,
 )
-from rtr_server.protocol.errors import RtrProtocolError
 
 __all__ = [
+    "HEADER_LAYOUT",
+    "SKI_SIZE",
+    "U32_LAYOUT",
     "AspaPdu",
     "CacheReset",
     "CacheResponse",
@@ -53,18 +55,16 @@ __all__ = [
     "RouterKeyPdu",
     "SerialNotify",
     "SerialQuery",
-    "decode",
-    "decode_framed",
     "encode",
-    "parse_header",
 ]
 
 U16_MAX = 0xFFFF
 U32_MAX = 0xFFFF_FFFF
 SKI_SIZE = 20
 
-_HEADER = struct.Struct(">BBHI")
-_U32 = struct.Struct(">I")
+#: The common header (version, type, octets 2-3, length) and a 32-bit field, shared with decoding.
+HEADER_LAYOUT = struct.Struct(">BBHI")
+U32_LAYOUT = struct.Struct(">I")
 
 
 # ---------------------------------------------------------------------------------- PDU types
@@ -291,10 +291,10 @@ def encode(pdu: Pdu, *, max_encapsulated: int | None = DEFAULT_MAX_ENCAPSULATED)
             _check_int("serial", pdu.serial, U32_MAX)
             out = struct.pack(">BBHII", version, pdu.TYPE, pdu.session_id, 12, pdu.serial)
         case ResetQuery() | CacheReset():
-            out = _HEADER.pack(version, pdu.TYPE, 0, HEADER_SIZE)
+            out = HEADER_LAYOUT.pack(version, pdu.TYPE, 0, HEADER_SIZE)
         case CacheResponse():
             _check_int("session_id", pdu.session_id, U16_MAX)
-            out = _HEADER.pack(version, pdu.TYPE, pdu.session_id, HEADER_SIZE)
+            out = HEADER_LAYOUT.pack(version, pdu.TYPE, pdu.session_id, HEADER_SIZE)
         case Ipv4Prefix():
             _check_prefix(pdu, 32)
             out = struct.pack(
@@ -310,7 +310,7 @@ def encode(pdu: Pdu, *, max_encapsulated: int | None = DEFAULT_MAX_ENCAPSULATED)
                     *(version, pdu.TYPE, 0, 32, pdu.flags, pdu.prefix_length, pdu.max_length, 0),
                 )
                 + pdu.prefix.to_bytes(16, "big")
-                + _U32.pack(pdu.asn)
+                + U32_LAYOUT.pack(pdu.asn)
             )
         case EndOfData():
             out = _encode_end_of_data(pdu)
@@ -324,7 +324,7 @@ def encode(pdu: Pdu, *, max_encapsulated: int | None = DEFAULT_MAX_ENCAPSULATED)
             out = (
                 struct.pack(">BBBBI", version, pdu.TYPE, pdu.flags, 0, 32 + len(pdu.spki))
                 + pdu.ski
-                + _U32.pack(pdu.asn)
+                + U32_LAYOUT.pack(pdu.asn)
                 + pdu.spki
             )
         case ErrorReport():
@@ -381,195 +381,9 @@ def _encode_error_report(pdu: ErrorReport, max_encapsulated: int | None) -> byte
     return (
         struct.pack(">BBHII", pdu.version, pdu.TYPE, pdu.code, 16 + n + m, n)
         + inner
-        + _U32.pack(m)
+        + U32_LAYOUT.pack(m)
         + text
     )
 
 
 # ---------------------------------------------------------------------------------- decoding
-
-
-def parse_header(header: bytes | bytearray, max_pdu_size: int = MAX_PDU_SIZE) -> int:
-    """Check the Length field of an 8-octet header; returns the PDU length.
-
-    Raises:
-        RtrProtocolError: CORRUPT_DATA, not recoverable, when Length is below 8 or above
-            ``max_pdu_size`` (the offending bytes are the header only).
-    """
-    version, _type, _octets, length = _HEADER.unpack_from(header)
-    if length < HEADER_SIZE:
-        raise RtrProtocolError(
-            ErrorCode.CORRUPT_DATA,
-            f"PDU length {length} is shorter than the 8-octet header",
-            offending=bytes(header[:HEADER_SIZE]),
-            version=version,
-        )
-    if length > max_pdu_size:
-        raise RtrProtocolError(
-            ErrorCode.CORRUPT_DATA,
-            f"PDU length {length} exceeds the maximum of {max_pdu_size} octets",
-            offending=bytes(header[:HEADER_SIZE]),
-            version=version,
-        )
-    return int(length)
-
-
-def decode(data: bytes) -> Pdu:
-    """Decode exactly one complete PDU.
-
-    Raises:
-        RtrProtocolError: for anything wrong; any other exception is a bug. Length problems
-            of ``data`` itself are not recoverable; problems inside a well-framed PDU are.
-    """
-    data = bytes(data)
-    if len(data) < HEADER_SIZE:
-        raise RtrProtocolError(
-            ErrorCode.CORRUPT_DATA,
-            f"{len(data)} octets are not a PDU: the header alone is 8",
-            offending=data,
-            version=data[0] if data else None,
-        )
-    length = parse_header(data, MAX_PDU_SIZE)
-    if length != len(data):
-        raise RtrProtocolError(
-            ErrorCode.CORRUPT_DATA,
-            f"PDU length field says {length} octets but {len(data)} were given",
-            offending=data[:HEADER_SIZE],
-            version=data[0],
-        )
-    return decode_framed(data)
-
-
-def _corrupt(data: bytes, text: str, code: ErrorCode = ErrorCode.CORRUPT_DATA) -> RtrProtocolError:
-    return RtrProtocolError(code, text, offending=data, version=data[0], recoverable=True)
-
-
-#: Exact lengths of the fixed-size PDUs (End of Data depends on the version).
-_FIXED_LENGTH = {
-    PduType.SERIAL_NOTIFY: 12,
-    PduType.SERIAL_QUERY: 12,
-    PduType.RESET_QUERY: 8,
-    PduType.CACHE_RESPONSE: 8,
-    PduType.IPV4_PREFIX: 20,
-    PduType.IPV6_PREFIX: 32,
-    PduType.CACHE_RESET: 8,
-}
-
-
-def decode_framed(data: bytes) -> Pdu:
-    """Decode one PDU whose Length field is already known to equal ``len(data)`` (≥ 8).
-
-    Every error raised here is recoverable: the PDU was framed by its length.
-
-    Raises:
-        RtrProtocolError: UNSUPPORTED_PROTOCOL_VERSION for a version above 2;
-            UNSUPPORTED_PDU_TYPE for a type unknown or not defined in the version;
-            CORRUPT_DATA for a wrong length or invalid field; ASPA_PROVIDER_LIST_ERROR for an
-            ASPA announce with an empty or malformed provider list.
-    """
-    version, raw_type, octets23, length = _HEADER.unpack_from(data)
-    if version > MAX_VERSION:
-        raise _corrupt(
-            data,
-            f"protocol version {version} is not supported (highest is {MAX_VERSION})",
-            ErrorCode.UNSUPPORTED_PROTOCOL_VERSION,
-        )
-    if not pdu_type_valid(raw_type, version):
-        raise _corrupt(
-            data,
-            f"PDU type {raw_type} is not defined in protocol version {version}",
-            ErrorCode.UNSUPPORTED_PDU_TYPE,
-        )
-    pdu_type = PduType(raw_type)
-    expected = _FIXED_LENGTH.get(pdu_type)
-    if pdu_type is PduType.END_OF_DATA:
-        expected = 12 if version == 0 else 24
-    if expected is not None and length != expected:
-        raise _corrupt(data, f"wrong length for {pdu_type.name} PDU: {length} != {expected}")
-    match pdu_type:
-        case PduType.SERIAL_NOTIFY:
-            return SerialNotify(version, octets23, _U32.unpack_from(data, 8)[0])
-        case PduType.SERIAL_QUERY:
-            return SerialQuery(version, octets23, _U32.unpack_from(data, 8)[0])
-        case PduType.RESET_QUERY:
-            return ResetQuery(version)
-        case PduType.CACHE_RESPONSE:
-            return CacheResponse(version, octets23)
-        case PduType.CACHE_RESET:
-            return CacheReset(version)
-        case PduType.IPV4_PREFIX:
-            flags, plen, mlen, _zero, prefix, asn = struct.unpack_from(">BBBBII", data, 8)
-            _check_received_prefix(data, plen, mlen, prefix, 32)
-            return Ipv4Prefix(version, flags, plen, mlen, prefix, asn)
-        case PduType.IPV6_PREFIX:
-            flags, plen, mlen, _zero = data[8:12]
-            prefix = int.from_bytes(data[12:28], "big")
-            _check_received_prefix(data, plen, mlen, prefix, 128)
-            return Ipv6Prefix(version, flags, plen, mlen, prefix, _U32.unpack_from(data, 28)[0])
-        case PduType.END_OF_DATA:
-            return _decode_end_of_data(data, version, octets23)
-        case PduType.ROUTER_KEY:
-            if length <= 32:
-                raise _corrupt(data, f"Router Key PDU of {length} octets has no SPKI (min 33)")
-            return RouterKeyPdu(
-                version, data[2], data[8:28], _U32.unpack_from(data, 28)[0], data[32:]
-            )
-        case PduType.ERROR_REPORT:
-            return _decode_error_report(data, version, octets23, length)
-        case PduType.ASPA:  # pragma: no branch - the last member
-            return _decode_aspa(data, version, length)
-
-
-def _check_received_prefix(data: bytes, plen: int, mlen: int, prefix: int, bits: int) -> None:
-    if plen > bits or mlen > bits or mlen < plen:
-        raise _corrupt(
-            data, f"prefix length {plen} / max length {mlen} invalid for a {bits}-bit prefix"
-        )
-    if prefix & ((1 << (bits - plen)) - 1):
-        raise _corrupt(data, f"prefix has host bits set beyond /{plen} (bis §5.9)")
-
-
-def _decode_end_of_data(data: bytes, version: int, session_id: int) -> EndOfData:
-    serial = _U32.unpack_from(data, 8)[0]
-    if version == 0:
-        return EndOfData(version, session_id, serial, None)
-    refresh, retry, expire = struct.unpack_from(">III", data, 12)
-    try:
-        timers = Timers(refresh, retry, expire)
-    except ValueError as exc:
-        raise _corrupt(data, f"End of Data timers invalid: {exc}") from None
-    return EndOfData(version, session_id, serial, timers)
-
-
-def _decode_error_report(data: bytes, version: int, code: int, length: int) -> ErrorReport:
-    if length < 16:
-        raise _corrupt(data, f"Error Report PDU of {length} octets is shorter than 16")
-    n = _U32.unpack_from(data, 8)[0]
-    if 16 + n > length:
-        raise _corrupt(data, f"encapsulated PDU length {n} overruns the Error Report")
-    m = _U32.unpack_from(data, 12 + n)[0]
-    if 16 + n + m != length:
-        raise _corrupt(data, f"Error Report lengths do not add up: 16 + {n} + {m} != {length}")
-    text = data[16 + n :].decode("utf-8", errors="replace")
-    return ErrorReport(version, code, data[12 : 12 + n], text)
-
-
-def _decode_aspa(data: bytes, version: int, length: int) -> AspaPdu:
-    if length < 12 or (length - 12) % 4:
-        raise _corrupt(data, f"wrong length for ASPA PDU: {length} is not 12 + 4·N")
-    flags = data[2]
-    customer = _U32.unpack_from(data, 8)[0]
-    n = (length - 12) // 4
-    providers: tuple[int, ...] = struct.unpack_from(f">{n}I", data, 12)
-    if not flags & Flag.ANNOUNCE:
-        if n:
-            raise _corrupt(data, f"ASPA withdraw must be 12 octets, got {length}")
-        return AspaPdu(version, flags, customer, ())
-    provider_error = ErrorCode.ASPA_PROVIDER_LIST_ERROR
-    if not n:
-        raise _corrupt(data, "ASPA announce without providers", provider_error)
-    if any(a >= b for a, b in itertools.pairwise(providers)):
-        raise _corrupt(data, "ASPA providers are not strictly increasing", provider_error)
-    if n > 1 and providers[0] == 0:
-        raise _corrupt(data, "AS0 listed among several ASPA providers", provider_error)
-    return AspaPdu(version, flags, customer, providers)
