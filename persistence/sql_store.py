@@ -179,20 +179,8 @@ class SqlStore(StructureChecks):
         return self._db
 
     @abstractmethod
-    def _begin(self, *, write: bool) -> None: ...
-
-    @abstractmethod
-    def _commit(self) -> None: ...
-
-    @abstractmethod
-    def _rollback(self) -> None: ...
-
-    @abstractmethod
     def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
         """Insert one batch (at most `BATCH` rows)."""
-
-    @abstractmethod
-    def _table_names(self) -> set[str]: ...
 
     # ------------------------------------------------------------------ reads
     def read_header_sync(self) -> StateHeader | None:

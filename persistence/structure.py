@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -88,30 +89,31 @@ class StructureChecks(ABC):
         """
         tables = self._table_names()
         if not tables:
-            self._begin(write=True)
-            try:
-                for statement in DDL:
-                    self._conn().execute(statement)
-                self._conn().execute(
-                    "INSERT INTO schema_info VALUES (?, ?, ?)",
-                    (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
-                )
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+            self._in_write(self._create, created_at)
             tables = self._table_names()
         self.check_schema(tables)
         missing = missing_columns(self._conn())
         if missing:
-            self._begin(write=True)
-            try:
-                add_columns(self._conn(), missing)
-                self._commit()
-            except BaseException:
-                self._rollback()
-                raise
+            self._in_write(add_columns, self._conn(), missing)
             log.info("%s: added the columns %s", self.path, ", ".join(c for _, c, _ in missing))
+
+    def _create(self, created_at: int) -> None:
+        for statement in DDL:
+            self._conn().execute(statement)
+        self._conn().execute(
+            "INSERT INTO schema_info VALUES (?, ?, ?)",
+            (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
+        )
+
+    def _in_write(self, fn: Callable[..., object], *args: Any) -> None:
+        """``fn(*args)`` in one write transaction (rolled back on any error)."""
+        self._begin(write=True)
+        try:
+            fn(*args)
+            self._commit()
+        except BaseException:
+            self._rollback()
+            raise
 
     def check_schema(self, tables: set[str] | None = None) -> None:
         """Refuse a database whose schema is not version 2 of ours (the tables and version)."""
