@@ -50,8 +50,8 @@ from rtr_server.shutdown import (
     StopRequest,
     close_failed,
     close_store,
+    final_not_built,
     persist_last,
-    without_persister,
 )
 from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
@@ -92,8 +92,6 @@ class App:
         self.persister: Persister | None = None
         #: What the last start-up recovered (None without ``--state``).
         self.recovery: RecoveryPlan | None = None
-        #: Why persistence is off although configured (e.g. a corrupt file left untouched).
-        self.persistence_disabled: str | None = None
         self.follower: StateFollower | None = None
         self._epoch = 0
         self._generation = 0
@@ -302,10 +300,10 @@ class App:
                 await self._take(final)
         serial = None if self.server.state is None else self.server.state.serial.value
         if self.persister is None:
-            return without_persister(self.config.state, serial, self.persistence_disabled)
+            return ShutdownReport(persisted=None, message="")  # memory only: nothing to persist
         if self._client_run.ended_cleanly:
             self.persister.release()  # else the older acknowledged state stays on disk
-        return await persist_last(
+        report = await persist_last(
             self._handover,
             self.persister,
             self._stop,
@@ -314,8 +312,10 @@ class App:
             deadline=deadline,
             flush_timeout=self.config.flush_timeout,
             started=started,
-            final_built=client.final_view_committed,
         )
+        if not client.final_view_committed:
+            return final_not_built(self._handover, self.persister)
+        return report
 
     async def _recover(self, location: StateLocation, stack: AsyncExitStack) -> None:
         """Open the store (lock, schema), read and check it, seed the client, publish."""

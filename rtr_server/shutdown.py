@@ -39,9 +39,9 @@ __all__ = [
     "StopRequest",
     "close_failed",
     "close_store",
+    "final_not_built",
     "not_persisted",
     "persist_last",
-    "without_persister",
 ]
 
 T = TypeVar("T")
@@ -96,21 +96,6 @@ def close_failed(error: CloseFailedError, held: str) -> ShutdownReport:
     where = ", ".join(f"{key}={value}" for key, value in error.details.items())
     message = f"shutdown: the final state NOT persisted ({error.code}, {where}: {error}); {held}"
     return ShutdownReport(persisted=False, message=message, code=error.code, details=error.details)
-
-
-def without_persister(
-    location: object | None, serial: int | None, disabled: str | None
-) -> ShutdownReport:
-    """The report when no persister runs: memory only, or persistence off (``disabled``)."""
-    if location is None:
-        return ShutdownReport(persisted=None, message="")
-    if serial is None:
-        return ShutdownReport(persisted=True, message="shutdown: nothing to persist")
-    return not_persisted(
-        f"the state of serial {serial}",
-        f"persistence is off: {disabled}",
-        f"{location} was left untouched",
-    )
 
 
 class StopRequest:
@@ -220,6 +205,16 @@ class Handover(Generic[T]):
         return f"the store still holds {stored}{serial}"
 
 
+def final_not_built(handover: Handover[T], persister: Persister) -> ShutdownReport:
+    """The report of a stop whose final view never came: nothing is called persisted."""
+    return not_persisted(
+        "the final state",
+        "the sources did not all stop, or a withdrawal decided at the stop was not built, "
+        "within the flush timeout",
+        handover.held(persister.persisted),
+    )
+
+
 async def persist_last(
     handover: Handover[T],
     persister: Persister,
@@ -230,46 +225,13 @@ async def persist_last(
     deadline: float,
     flush_timeout: float,
     started: float,
-    final_built: bool = True,
 ) -> ShutdownReport:
     """Offer the last published state if it was not, then wait for its commit until ``deadline``.
 
     ``offer`` builds and offers the state of a snapshot (and notes it in ``handover``);
     ``published_serial`` is the serial routers are served (None: nothing was published);
-    ``started`` is the `anyio.current_time` at which the stop began; ``final_built`` is False
-    when a withdrawal decided at the stop was not built (nothing is then called persisted).
+    ``started`` is the `anyio.current_time` at which the stop began.
     """
-    report = await _persist_last(
-        handover,
-        persister,
-        stop,
-        published_serial=published_serial,
-        offer=offer,
-        deadline=deadline,
-        flush_timeout=flush_timeout,
-        started=started,
-    )
-    if final_built:
-        return report
-    return not_persisted(
-        "the final state",
-        "the sources did not all stop, or a withdrawal decided at the stop was not built, "
-        "within the flush timeout",
-        handover.held(persister.persisted),
-    )
-
-
-async def _persist_last(
-    handover: Handover[T],
-    persister: Persister,
-    stop: StopRequest,
-    *,
-    published_serial: int | None,
-    offer: Callable[[T], Awaitable[None]],
-    deadline: float,
-    flush_timeout: float,
-    started: float,
-) -> ShutdownReport:
     taken = handover.taken
     if published_serial is not None and handover.pending and taken is not None:
         # Its hand-over was cut short: necessary cleanup, shielded, within the same deadline.
