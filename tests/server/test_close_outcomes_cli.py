@@ -7,74 +7,41 @@ stop began). The builds are held by `tests.server.held_build_serve`.
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 import pytest
 
 from tests.server.helpers import base_export, updated_export, write_export
-from tests.server.test_cli import free_port
 from tests.server.test_shutdown_state import (
     QUICK,
     Serve,
-    ServeLog,
     is_commit,
     published,
     restart_serves,
+    rtr_serve,
     write_locked,
 )
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@contextmanager
 def held_build_serve(
     tmp_path: Path, db: Path, source: Path, *extra: str, backend: str
-) -> Iterator[Serve]:
+) -> AbstractContextManager[Serve]:
     """`tests.server.held_build_serve` with ``--source SOURCE --state sqlite:DB``; killed (if
     still running) on the way out."""
-    port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "tests.server.held_build_serve",
-            str(tmp_path / "hold"),
-            str(tmp_path / "release"),
-            "--source",
-            str(source),
-            "--state",
-            f"sqlite:{db}",
-            "--listen",
-            f"127.0.0.1:{port}",
-            "--poll-interval",
-            "0.1",
-            "--log-format",
-            "json",
-            "--async-backend",
-            backend,
-            *extra,
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        cwd=ROOT,
-        env=env,
+    command = (
+        sys.executable,
+        "-m",
+        "tests.server.held_build_serve",
+        str(tmp_path / "hold"),
+        str(tmp_path / "release"),
     )
-    assert proc.stderr is not None
-    serve = Serve(proc, ServeLog(proc.stderr), port)
-    try:
-        yield serve
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        serve.log.join()
-        proc.stderr.close()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return rtr_serve(db, source, *extra, backend=backend, command=command, env=env)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])

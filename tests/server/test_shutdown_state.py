@@ -16,7 +16,7 @@ import sqlite3
 import struct
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -102,13 +102,21 @@ class Serve:
 
 
 @contextmanager
-def rtr_serve(db: Path, source: Path, *extra: str, backend: str = "asyncio") -> Iterator[Serve]:
+def rtr_serve(
+    db: Path,
+    source: Path,
+    *extra: str,
+    backend: str = "asyncio",
+    command: Sequence[str] = (RTR_SERVE,),
+    env: dict[str, str] | None = None,
+) -> Iterator[Serve]:
     """``rtr-serve --source SOURCE --state sqlite:DB`` on a free loopback port; killed (if
-    still running) on the way out."""
+    still running) on the way out. ``command`` replaces the ``rtr-serve`` of the command line
+    (e.g. a wrapper module run with ``env``)."""
     port = free_port()
     proc = subprocess.Popen(
         [
-            RTR_SERVE,
+            *command,
             "--source",
             str(source),
             "--state",
@@ -127,6 +135,7 @@ def rtr_serve(db: Path, source: Path, *extra: str, backend: str = "asyncio") -> 
         ],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
+        env=env,
     )
     assert proc.stderr is not None
     serve = Serve(proc, ServeLog(proc.stderr), port)
