@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rtr_server.protocol import Timers, encode_full_response
+from rtr_protocol import Timers, encode_full_response
 from snapshot import Serial, Snapshot, Vrp, compute_delta
 from upstream.decompress import decompress
 from upstream.json_format import parse_export

@@ -1,3 +1,3 @@
-"""rtr-serve: the router-facing half (server, CLI); `rtr_server.protocol` is the sans-IO core."""
+"""rtr-serve: the router side (server, connection, CLI, HTTP API); RTR core: `rtr_protocol`."""
 
 __version__ = "0.1.0"

@@ -14,11 +14,11 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from persistence.location import StateLocation, parse_state_location
+from rtr_protocol import MAX_VERSION
 from rtr_server import __version__
 from rtr_server.access import Network, parse_network
 from rtr_server.http.settings import DEFAULT_STALE_AFTER
 from rtr_server.logs import LOG_FORMATS, LOG_LEVELS
-from rtr_server.protocol import MAX_VERSION
 from rtr_server.settings import (
     ShutdownNotice,
 )

@@ -13,13 +13,13 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from rtr_protocol import Timers
 from rtr_server.access import parse_networks
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_parser
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.http.settings import HttpSettings, parse_http_address
 from rtr_server.logs import LogSettings
-from rtr_server.protocol import Timers
 from rtr_server.reload import ProcessConfig
 from rtr_server.settings import (
     ListenAddress,

@@ -21,7 +21,7 @@ from typing import cast
 import anyio
 from anyio.abc import ByteStream
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     Close,
     CloseReason,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Hashable
 
 import anyio
 
-from rtr_server.protocol import Timers, encode_delta_response, encode_full_response
-from rtr_server.protocol.actions import SendDelta, SendFull
+from rtr_protocol import Timers, encode_delta_response, encode_full_response
+from rtr_protocol.actions import SendDelta, SendFull
 from snapshot.model import V4_KEY_SIZE
 
 #: Responses with more records than this are encoded in a worker thread.

@@ -24,10 +24,10 @@ import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
 from anyio.streams.tls import TLSAttribute
 
+from rtr_protocol import SendDelta, SendFull
 from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.connection import RtrConnection
-from rtr_server.protocol import SendDelta, SendFull
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from rtr_server.protocol import CloseReason, SendDelta, SendFull
+from rtr_protocol import CloseReason, SendDelta, SendFull
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState
 

@@ -6,8 +6,8 @@ import enum
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rtr_protocol.constants import MAX_VERSION, Timers
 from rtr_server.access import Network
-from rtr_server.protocol.constants import MAX_VERSION, Timers
 
 
 class ShutdownNotice(enum.Enum):

@@ -11,7 +11,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("rtr_server", "upstream", "snapshot", "persistence")
+PACKAGES = ("rtr_server", "rtr_protocol", "upstream", "snapshot", "persistence")
 
 
 def modules() -> dict[str, Path]:

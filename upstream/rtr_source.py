@@ -1,6 +1,6 @@
 """`RtrSource`: another RTR cache (``rtr://host:port``) as a source, through `ClientSession`."""
 
-# The sans-IO `rtr_server.protocol.ClientSession` decides everything about the protocol (what
+# The sans-IO `rtr_protocol.ClientSession` decides everything about the protocol (what
 # to send, when data is complete, downgrades, errors); this module owns the socket, the timers
 # and the hand-over to the aggregator. One task (`RtrSource.run`) owns one connection at a
 # time and closes it on every path; a second task watches Expire on the injected clock's
@@ -45,7 +45,7 @@ from array import array
 import anyio
 from anyio.abc import SocketAttribute, SocketStream
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     ClientSession,
     ClientState,
@@ -55,7 +55,7 @@ from rtr_server.protocol import (
     Publish,
     Transmit,
 )
-from rtr_server.protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
+from rtr_protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
 from upstream.backoff import jittered_backoff

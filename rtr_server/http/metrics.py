@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING, Protocol
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, InfoMetricFamily
 from prometheus_client.registry import CollectorRegistry
 
+from rtr_protocol import ErrorCode
 from rtr_server import __version__
 from rtr_server.http import observe
 from rtr_server.http.view import KINDS, SOURCE_STATES, AppView
-from rtr_server.protocol import ErrorCode
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric

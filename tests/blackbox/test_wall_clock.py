@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 import pytest
 
-from rtr_server.protocol import ErrorReport, Ipv4Prefix, Ipv6Prefix
+from rtr_protocol import ErrorReport, Ipv4Prefix, Ipv6Prefix
 from tests.blackbox.faketime import (
     TREE,
     Process,

@@ -9,8 +9,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rtr_protocol import CloseReason, ErrorCode
 from rtr_server.http.view import SOURCE_STATES
-from rtr_server.protocol import CloseReason, ErrorCode
 from tests.http.helpers import (
     Metrics,
     Running,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     ERROR_CODES_BY_VERSION,
     AspaPdu,
     CacheReset,
@@ -22,7 +22,7 @@ from rtr_server.protocol import (
     SerialQuery,
     Timers,
 )
-from rtr_server.protocol.framer import NeedData
+from rtr_protocol.framer import NeedData
 
 versions = st.integers(0, 2)
 u16 = st.integers(0, 0xFFFF)

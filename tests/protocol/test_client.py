@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     AspaPdu,
     CacheReset,
@@ -42,7 +42,7 @@ from rtr_server.protocol import (
     encode_full_response,
     is_legacy_aspa,
 )
-from rtr_server.protocol.client import _splice
+from rtr_protocol.client import _splice
 from snapshot import Aspa, RouterKey, Serial, Snapshot, Vrp, compute_delta
 from snapshot.model import pack_v4, pack_v6
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     CACHE_PDU_TYPES,
     ERROR_CODES_BY_VERSION,
     PDU_TYPES_BY_VERSION,

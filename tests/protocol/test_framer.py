@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     AspaPdu,
     ErrorCode,

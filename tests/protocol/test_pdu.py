@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     AspaPdu,
     CacheReset,
     CacheResponse,
@@ -229,7 +229,7 @@ def test_golden_decode(pdu: Pdu, golden: bytes) -> None:
 
 
 def test_golden_covers_every_type_and_version() -> None:
-    from rtr_server.protocol import PDU_TYPES_BY_VERSION
+    from rtr_protocol import PDU_TYPES_BY_VERSION
 
     covered = {(p.version, p.TYPE) for p, _ in GOLDEN}
     expected = {(v, t) for v, types in PDU_TYPES_BY_VERSION.items() for t in types}

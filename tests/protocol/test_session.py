@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     PDU_TYPES_BY_VERSION,
     AspaPdu,
@@ -37,8 +37,8 @@ from rtr_server.protocol import (
     encode_delta_response,
     encode_full_response,
 )
-from rtr_server.protocol.actions import Action
-from rtr_server.protocol.framer import NeedData
+from rtr_protocol.actions import Action
+from rtr_protocol.framer import NeedData
 from snapshot import Aspa, PublishedState, Publisher, RouterKey, Serial, SessionIds, Snapshot, Vrp
 from tests.protocol.strategies import frame_chunks
 

@@ -19,10 +19,7 @@ from typing import Any
 
 import anyio
 
-from rtr_server.app import App
-from rtr_server.app_config import AppConfig, make_clock
-from rtr_server.connection import RtrConnection
-from rtr_server.protocol import (
+from rtr_protocol import (
     AspaPdu,
     ErrorReport,
     Ipv4Prefix,
@@ -34,6 +31,9 @@ from rtr_server.protocol import (
     Timers,
     decode,
 )
+from rtr_server.app import App
+from rtr_server.app_config import AppConfig, make_clock
+from rtr_server.connection import RtrConnection
 from rtr_server.server import RtrServer
 from rtr_server.settings import ListenAddress, ServerSettings
 from snapshot.publisher import PublishedState, Publisher, SessionIds

@@ -1,4 +1,4 @@
-"""A small async RTR test client over `anyio.connect_tcp`, framing with `rtr_server.protocol`.
+"""A small async RTR test client over `anyio.connect_tcp`, framing with `rtr_protocol`.
 
 It plays a strict router: every byte it receives goes through `PduFramer` (so a malformed PDU
 from the server fails the test), responses are read as one contiguous Cache Response .. End of
@@ -15,7 +15,7 @@ from types import TracebackType
 import anyio
 from anyio.abc import ByteStream
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     AspaPdu,
     CacheReset,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     NEED_DATA,
     CacheResponse,
     EndOfData,

@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     CacheResponse,
     CloseReason,
     EndOfData,

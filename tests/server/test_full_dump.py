@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.protocol import AspaPdu, CacheResponse, EndOfData, RouterKeyPdu
+from rtr_protocol import AspaPdu, CacheResponse, EndOfData, RouterKeyPdu
 from tests.server.helpers import (
     TIMERS,
     RouterState,

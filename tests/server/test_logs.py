@@ -16,8 +16,8 @@ from typing import Any
 import anyio
 import pytest
 
+from rtr_protocol import SerialNotify
 from rtr_server.logs import JsonFormatter, LogSettings, configure, fields_of
-from rtr_server.protocol import SerialNotify
 from tests.server.helpers import (
     app_config,
     base_export,

@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.protocol import Ipv4Prefix, SerialNotify, SessionState
+from rtr_protocol import Ipv4Prefix, SerialNotify, SessionState
 from rtr_server.server import RtrServer
 from tests.server.helpers import (
     app_config,

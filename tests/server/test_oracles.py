@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtr_server.protocol import AspaPdu, Ipv4Prefix, Ipv6Prefix, RouterKeyPdu
+from rtr_protocol import AspaPdu, Ipv4Prefix, Ipv6Prefix, RouterKeyPdu
 from tests.server.helpers import RouterState, assert_in_order, base_export, expected_state
 from tests.server.rtr_client import PayloadPdu
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.protocol import CloseReason, SessionState
+from rtr_protocol import CloseReason, SessionState
 from rtr_server.server import RtrServer
 from tests.server.helpers import (
     app_config,

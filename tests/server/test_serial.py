@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     AspaPdu,
     CacheReset,
     CacheResponse,

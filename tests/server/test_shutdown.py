@@ -9,9 +9,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rtr_protocol import CloseReason
 from rtr_server.app import App
 from rtr_server.app_config import make_clock
-from rtr_server.protocol import CloseReason
 from rtr_server.server import RtrServer
 from rtr_server.settings import ShutdownNotice
 from tests.server.helpers import (

@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     AspaPdu,
     CacheResponse,
     EndOfData,

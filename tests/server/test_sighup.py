@@ -16,7 +16,7 @@ from typing import IO, Any
 
 import pytest
 
-from rtr_server.protocol import CacheResponse, EndOfData, ErrorReport, PduFramer, SerialNotify
+from rtr_protocol import CacheResponse, EndOfData, ErrorReport, PduFramer, SerialNotify
 from tests.server.helpers import (
     RouterState,
     base_export,

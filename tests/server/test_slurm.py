@@ -11,8 +11,8 @@ from pathlib import Path
 import anyio
 import pytest
 
+from rtr_protocol import AspaPdu, Ipv4Prefix
 from rtr_server.config_file import ConfigError, parse_config
-from rtr_server.protocol import AspaPdu, Ipv4Prefix
 from tests.server.helpers import (
     RouterState,
     app_config,

@@ -13,7 +13,7 @@ import anyio
 import pytest
 from anyio.streams.tls import TLSStream
 
-from rtr_server.protocol import CloseReason, SerialNotify
+from rtr_protocol import CloseReason, SerialNotify
 from rtr_server.server import RtrServer
 from rtr_server.settings import ListenAddress
 from tests.server.helpers import (

@@ -13,9 +13,9 @@ from pathlib import Path
 import anyio
 from anyio.abc import Process, SocketStream, TaskStatus
 
+from rtr_protocol import NEED_DATA, Pdu, PduFramer
 from rtr_server.app import App
 from rtr_server.app_config import AppConfig, make_clock
-from rtr_server.protocol import NEED_DATA, Pdu, PduFramer
 from snapshot.publisher import Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from tests.server.helpers import RouterState, settings, wait_until

@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 import anyio
 import pytest
 
-from rtr_server.protocol import (
+from rtr_protocol import (
     CacheReset,
     CacheResponse,
     Ipv4Prefix,
@@ -22,7 +22,7 @@ from rtr_server.protocol import (
     SerialQuery,
     encode,
 )
-from rtr_server.protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
+from rtr_protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from tests.server.helpers import wait_until
 from tests.upstream.rtr_source_helpers import (
     CacheConnection,

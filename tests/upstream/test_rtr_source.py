@@ -12,8 +12,7 @@ import anyio
 import anyio.abc
 import pytest
 
-from rtr_server.app_config import AppConfig
-from rtr_server.protocol import (
+from rtr_protocol import (
     CacheResponse,
     EndOfData,
     ErrorCode,
@@ -24,6 +23,7 @@ from rtr_server.protocol import (
     SerialQuery,
     encode,
 )
+from rtr_server.app_config import AppConfig
 from rtr_server.settings import ListenAddress
 from snapshot.publisher import SessionIds
 from snapshot.snapshot import Snapshot

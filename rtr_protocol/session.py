@@ -29,7 +29,7 @@ import enum
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
-from rtr_server.protocol.actions import (
+from rtr_protocol.actions import (
     Action,
     Close,
     CloseReason,
@@ -38,21 +38,21 @@ from rtr_server.protocol.actions import (
     SendError,
     SendFull,
 )
-from rtr_server.protocol.constants import (
+from rtr_protocol.constants import (
     MAX_PDU_SIZE,
     MAX_VERSION,
     ErrorCode,
     PduType,
     error_code_valid,
 )
-from rtr_server.protocol.encoder import (
+from rtr_protocol.encoder import (
     encode_cache_reset,
     encode_error_report,
     encode_serial_notify,
 )
-from rtr_server.protocol.errors import RtrProtocolError
-from rtr_server.protocol.framer import NEED_DATA, NeedData, PduFramer
-from rtr_server.protocol.pdu import ErrorReport, Pdu, ResetQuery, SerialQuery
+from rtr_protocol.errors import RtrProtocolError
+from rtr_protocol.framer import NEED_DATA, NeedData, PduFramer
+from rtr_protocol.pdu import ErrorReport, Pdu, ResetQuery, SerialQuery
 from snapshot import Serial
 
 if TYPE_CHECKING:

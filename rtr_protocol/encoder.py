@@ -18,7 +18,7 @@ from __future__ import annotations
 import struct
 from typing import TYPE_CHECKING
 
-from rtr_server.protocol.constants import (
+from rtr_protocol.constants import (
     DEFAULT_MAX_ENCAPSULATED,
     MAX_VERSION,
     ErrorCode,
@@ -26,7 +26,7 @@ from rtr_server.protocol.constants import (
     PduType,
     Timers,
 )
-from rtr_server.protocol.pdu import (
+from rtr_protocol.pdu import (
     CacheReset,
     CacheResponse,
     EndOfData,

@@ -1,7 +1,7 @@
 """One frozen dataclass per RTR PDU and `encode` of exactly one (decoding: `pdu_decode`).
 
 `encode` (PDU → bytes) raises `ValueError` for a PDU that is not valid for its version;
-`rtr_server.protocol.pdu_decode.decode` (bytes → PDU) raises only `RtrProtocolError`. The
+`rtr_protocol.pdu_decode.decode` (bytes → PDU) raises only `RtrProtocolError`. The
 dataclasses themselves do not validate, so anything a peer sends can be represented; `encode`
 is where our own output is checked. Layouts follow draft-ietf-sidrops-8210bis-27 §5 (and
 RFC 6810 / RFC 8210 for v0/v1):
@@ -25,7 +25,7 @@ import struct
 from dataclasses import dataclass
 from typing import ClassVar
 
-from rtr_server.protocol.constants import (
+from rtr_protocol.constants import (
     DEFAULT_MAX_ENCAPSULATED,
     HEADER_SIZE,
     MAX_PDU_SIZE,

@@ -8,7 +8,7 @@ I/O, reads a clock or awaits; the only exception the codec raises is `RtrProtoco
 
 from __future__ import annotations
 
-from rtr_server.protocol.actions import (
+from rtr_protocol.actions import (
     Action,
     Close,
     CloseReason,
@@ -17,7 +17,7 @@ from rtr_server.protocol.actions import (
     SendError,
     SendFull,
 )
-from rtr_server.protocol.client import (
+from rtr_protocol.client import (
     ClientAction,
     ClientSession,
     ClientState,
@@ -28,7 +28,7 @@ from rtr_server.protocol.client import (
     Transmit,
     is_legacy_aspa,
 )
-from rtr_server.protocol.constants import (
+from rtr_protocol.constants import (
     ANNOUNCE,
     CACHE_PDU_TYPES,
     DEFAULT_MAX_ENCAPSULATED,
@@ -47,7 +47,7 @@ from rtr_server.protocol.constants import (
     is_fatal,
     pdu_type_valid,
 )
-from rtr_server.protocol.encoder import (
+from rtr_protocol.encoder import (
     encode_cache_reset,
     encode_cache_response,
     encode_delta_response,
@@ -56,9 +56,9 @@ from rtr_server.protocol.encoder import (
     encode_full_response,
     encode_serial_notify,
 )
-from rtr_server.protocol.errors import RtrProtocolError
-from rtr_server.protocol.framer import NEED_DATA, NeedData, PduFramer
-from rtr_server.protocol.pdu import (
+from rtr_protocol.errors import RtrProtocolError
+from rtr_protocol.framer import NEED_DATA, NeedData, PduFramer
+from rtr_protocol.pdu import (
     AspaPdu,
     CacheReset,
     CacheResponse,
@@ -73,8 +73,8 @@ from rtr_server.protocol.pdu import (
     SerialQuery,
     encode,
 )
-from rtr_server.protocol.pdu_decode import decode
-from rtr_server.protocol.session import ServerSession, SessionState
+from rtr_protocol.pdu_decode import decode
+from rtr_protocol.session import ServerSession, SessionState
 
 __all__ = [
     "ANNOUNCE",

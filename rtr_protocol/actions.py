@@ -11,7 +11,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from rtr_server.protocol.constants import ErrorCode
+from rtr_protocol.constants import ErrorCode
 from snapshot import Serial
 
 if TYPE_CHECKING:

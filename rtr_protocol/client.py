@@ -66,7 +66,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import ClassVar, Generic, TypeVar
 
-from rtr_server.protocol.constants import (
+from rtr_protocol.constants import (
     HEADER_SIZE,
     MAX_PDU_SIZE,
     MAX_VERSION,
@@ -77,10 +77,10 @@ from rtr_server.protocol.constants import (
     Timers,
     error_code_valid,
 )
-from rtr_server.protocol.encoder import encode_error_report
-from rtr_server.protocol.errors import RtrProtocolError
-from rtr_server.protocol.framer import NEED_DATA, NeedData
-from rtr_server.protocol.pdu import (
+from rtr_protocol.encoder import encode_error_report
+from rtr_protocol.errors import RtrProtocolError
+from rtr_protocol.framer import NEED_DATA, NeedData
+from rtr_protocol.pdu import (
     AspaPdu,
     CacheResponse,
     EndOfData,
@@ -94,7 +94,7 @@ from rtr_server.protocol.pdu import (
     SerialQuery,
     encode,
 )
-from rtr_server.protocol.pdu_decode import decode_framed, parse_header
+from rtr_protocol.pdu_decode import decode_framed, parse_header
 from snapshot.model import (
     V4_KEY_SIZE,
     V6_KEY_SIZE,

@@ -1,8 +1,8 @@
-"""Decoding of exactly one complete RTR PDU (bytes → a `rtr_server.protocol.pdu` dataclass).
+"""Decoding of exactly one complete RTR PDU (bytes → a `rtr_protocol.pdu` dataclass).
 
 `decode` and `decode_framed` raise only `RtrProtocolError`, carrying the Error Report code the
 session answers with; `parse_header` checks a header before the framer waits for the body.
-The decoding choices are those of `rtr_server.protocol.pdu`'s module text.
+The decoding choices are those of `rtr_protocol.pdu`'s module text.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import struct
 
-from rtr_server.protocol.constants import (
+from rtr_protocol.constants import (
     HEADER_SIZE,
     MAX_PDU_SIZE,
     MAX_VERSION,
@@ -20,8 +20,8 @@ from rtr_server.protocol.constants import (
     Timers,
     pdu_type_valid,
 )
-from rtr_server.protocol.errors import RtrProtocolError
-from rtr_server.protocol.pdu import (
+from rtr_protocol.errors import RtrProtocolError
+from rtr_protocol.pdu import (
     HEADER_LAYOUT,
     U32_LAYOUT,
     AspaPdu,

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import enum
 
-from rtr_server.protocol.constants import HEADER_SIZE, MAX_PDU_SIZE, ErrorCode
-from rtr_server.protocol.errors import RtrProtocolError
-from rtr_server.protocol.pdu import Pdu
-from rtr_server.protocol.pdu_decode import decode_framed, parse_header
+from rtr_protocol.constants import HEADER_SIZE, MAX_PDU_SIZE, ErrorCode
+from rtr_protocol.errors import RtrProtocolError
+from rtr_protocol.pdu import Pdu
+from rtr_protocol.pdu_decode import decode_framed, parse_header
 
 
 class NeedData(enum.Enum):

@@ -7,7 +7,7 @@ still framed (``recoverable``). Any other exception escaping `decode` or `PduFra
 
 from __future__ import annotations
 
-from rtr_server.protocol.constants import ErrorCode
+from rtr_protocol.constants import ErrorCode
 
 
 class RtrProtocolError(Exception):
