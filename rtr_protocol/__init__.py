@@ -2,8 +2,10 @@
 
 Read in this order: `constants` (wire numbers and which are legal in which version), `pdu`
 (one dataclass per PDU, `encode`/`decode`), `framer` (bytes → PDUs), `session` (the cache's
-state machine and its transition table), `encoder` (whole replies, fast). Nothing here does
-I/O, reads a clock or awaits; the only exception the codec raises is `RtrProtocolError`.
+state machine and its transition table), `encoder` (whole replies, fast); for the router side,
+`client` (its state machine, on `client_core`, `client_staging`, `client_runs`, `client_bounds`,
+with the actions of `client_actions`). Nothing here does I/O, reads a clock or awaits; the
+only exception the codec raises is `RtrProtocolError`.
 """
 
 from __future__ import annotations
@@ -17,16 +19,15 @@ from rtr_protocol.actions import (
     SendError,
     SendFull,
 )
-from rtr_protocol.client import (
+from rtr_protocol.client import ClientSession, is_legacy_aspa
+from rtr_protocol.client_actions import (
     ClientAction,
-    ClientSession,
     ClientState,
     Disconnect,
     Downgrade,
     PollAfter,
     Publish,
     Transmit,
-    is_legacy_aspa,
 )
 from rtr_protocol.constants import (
     ANNOUNCE,

@@ -50,3 +50,21 @@ class RtrProtocolError(Exception):
             f"RtrProtocolError({self.code.name}, {self.text!r}, version={self.version}, "
             f"recoverable={self.recoverable}, offending={self.offending[:16].hex()})"
         )
+
+
+class TruncatedPduError(RtrProtocolError):
+    """The peer closed the connection inside a PDU: ``pending`` octets of it were received.
+
+    Raised by `PduFramer.next_pdu` at EOF (CORRUPT_DATA, not recoverable). A server answers it
+    like any framing error; the router side (`ClientSession`) simply closes, reporting nothing.
+    """
+
+    def __init__(self, pending: int, header: bytes) -> None:
+        """Build the error from the octets pending and the header read so far."""
+        super().__init__(
+            ErrorCode.CORRUPT_DATA,
+            f"connection closed inside a PDU ({pending} octets pending)",
+            offending=header,
+            version=header[0],
+        )
+        self.pending = pending

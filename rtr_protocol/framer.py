@@ -6,14 +6,19 @@ lost) it keeps raising that error and drops further input. The buffer is a `byte
 through an offset and compacted lazily, so the work is O(n) in the bytes received however they
 are split, and a caller that drains the framer before feeding it again holds at most one
 partial PDU (< ``max_pdu_size``) plus the last chunk.
+
+A reader with a faster path for runs of fixed-size PDUs (the router side staging a full table)
+takes them straight from the buffer: `match` returns the octets a pattern matches at the read
+position, `skip` consumes what it handled; `consumed` counts every octet taken either way.
 """
 
 from __future__ import annotations
 
 import enum
+import re
 
-from rtr_protocol.constants import HEADER_SIZE, MAX_PDU_SIZE, ErrorCode
-from rtr_protocol.errors import RtrProtocolError
+from rtr_protocol.constants import HEADER_SIZE, MAX_PDU_SIZE
+from rtr_protocol.errors import RtrProtocolError, TruncatedPduError
 from rtr_protocol.pdu import Pdu
 from rtr_protocol.pdu_decode import decode_framed, parse_header
 
@@ -37,7 +42,7 @@ class PduFramer:
             recoverable) and only their header is echoed.
     """
 
-    __slots__ = ("_buf", "_drained", "_eof", "_failed", "_last", "_max", "_pos")
+    __slots__ = ("_buf", "_drained", "_eof", "_failed", "_last", "_max", "_pos", "_taken")
 
     def __init__(self, max_pdu_size: int = MAX_PDU_SIZE) -> None:
         """Start with an empty buffer."""
@@ -46,6 +51,7 @@ class PduFramer:
         self._max = max_pdu_size
         self._buf = bytearray()
         self._pos = 0
+        self._taken = 0
         self._eof = False
         self._drained = True
         self._failed: RtrProtocolError | None = None
@@ -60,6 +66,11 @@ class PduFramer:
     def held(self) -> int:
         """Octets of memory the buffer currently holds (consumed octets not yet compacted)."""
         return len(self._buf)
+
+    @property
+    def consumed(self) -> int:
+        """Octets taken from the stream so far (returned as PDUs or skipped)."""
+        return self._taken
 
     @property
     def eof(self) -> bool:
@@ -121,24 +132,44 @@ class PduFramer:
         if live < length:
             return self._need_data(live)
         data = bytes(buf[pos : pos + length])
-        self._drained = False
-        if live == length:
-            buf.clear()
-            self._pos = 0
-        else:
-            self._pos = pos + length
+        self._advance(length)
         self._last = data
         return decode_framed(data)
 
+    def match(self, pattern: re.Pattern[bytes]) -> bytes:
+        """The buffered octets ``pattern`` matches at the read position (b"" for none).
+
+        Nothing is consumed: `skip` takes what the caller handled. Matches only what is
+        buffered, so a pattern of whole PDUs never returns a partial one.
+        """
+        if self._failed is not None:
+            return b""
+        found = pattern.match(self._buf, self._pos)
+        return bytes(self._buf[self._pos : found.end()]) if found is not None else b""
+
+    def skip(self, octets: int) -> None:
+        """Consume ``octets`` buffered octets the caller handled itself (see `match`).
+
+        Raises:
+            ValueError: when fewer octets are buffered.
+        """
+        if not 0 <= octets <= self.buffered:
+            raise ValueError(f"cannot skip {octets} octets with {self.buffered} buffered")
+        if octets:
+            self._advance(octets)
+
+    def _advance(self, octets: int) -> None:
+        self._drained = False
+        self._taken += octets
+        if self._pos + octets == len(self._buf):
+            self._buf.clear()
+            self._pos = 0
+        else:
+            self._pos += octets
+
     def _need_data(self, live: int) -> NeedData:
         if self._eof and live:
-            header = bytes(self._buf[self._pos : self._pos + HEADER_SIZE])
-            exc = RtrProtocolError(
-                ErrorCode.CORRUPT_DATA,
-                f"connection closed inside a PDU ({live} octets pending)",
-                offending=header,
-                version=header[0],
-            )
+            exc = TruncatedPduError(live, bytes(self._buf[self._pos : self._pos + HEADER_SIZE]))
             self._fail(exc)
             raise exc
         self._drained = True

@@ -55,7 +55,7 @@ from rtr_protocol import (
     Publish,
     Transmit,
 )
-from rtr_protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
+from rtr_protocol.client_bounds import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
 from upstream.backoff import jittered_backoff
@@ -68,8 +68,6 @@ from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
 
 log = logging.getLogger(__name__)
-
-PayloadSink = DeliverySink
 
 #: Bytes asked for per receive; a 64 KiB chunk is about 3,000 prefix PDUs of work per step.
 RECEIVE_SIZE = 65_536
@@ -247,7 +245,7 @@ class RtrSource:
         """``host:port`` of the cache, for log messages."""
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
-    async def run(self, sink: PayloadSink) -> None:
+    async def run(self, sink: DeliverySink) -> None:
         """Follow the cache until cancelled, calling ``sink(name, payload)`` with each new state."""
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_expiry, sink, name=f"expiry of {self.name}")
@@ -260,7 +258,7 @@ class RtrSource:
                 await anyio.sleep(delay)
 
     # ------------------------------------------------------------------ one connection
-    async def _connect_once(self, sink: PayloadSink) -> bool:
+    async def _connect_once(self, sink: DeliverySink) -> bool:
         """One connection, from connect to close; True to reconnect without a backoff."""
         stream: SocketStream | None = None
         try:
@@ -296,7 +294,7 @@ class RtrSource:
                 with anyio.CancelScope(shield=True), anyio.move_on_after(1.0):
                     await stream.aclose()
 
-    async def _pump(self, stream: SocketStream, sink: PayloadSink) -> bool:
+    async def _pump(self, stream: SocketStream, sink: DeliverySink) -> bool:
         session = self.session
         progress = ReplyProgress(
             stall=self.response_timeout,
@@ -376,7 +374,7 @@ class RtrSource:
         progress.start(anyio.current_time())
 
     # ------------------------------------------------------------------ outcomes
-    def _on_publish(self, action: Publish, sink: PayloadSink) -> None:
+    def _on_publish(self, action: Publish, sink: DeliverySink) -> None:
         status = self.status
         snapshot = action.snapshot
         status.records = snapshot.counts()
@@ -415,7 +413,7 @@ class RtrSource:
         return payload
 
     async def _on_disconnect(
-        self, stream: SocketStream, action: Disconnect, sink: PayloadSink
+        self, stream: SocketStream, action: Disconnect, sink: DeliverySink
     ) -> bool:
         if action.data:
             # The report is a courtesy: the connection ends anyway.
@@ -454,7 +452,7 @@ class RtrSource:
             log.warning("source %s: %s", self.name, message)
         self.status.failed(error_class, message, self.clock.wall())
 
-    def _withdraw(self, sink: PayloadSink, reason: str) -> None:
+    def _withdraw(self, sink: DeliverySink, reason: str) -> None:
         self._expire_at = None
         self._healthy_until = -math.inf
         self._payload = None
@@ -465,7 +463,7 @@ class RtrSource:
             self.emitted += 1
             sink(Delivery.withdrawal(f"rtr:withdrawn:{self._syncs}".encode()))
 
-    def _emit(self, sink: PayloadSink, payload: SourcePayload, *, live: bool) -> None:
+    def _emit(self, sink: DeliverySink, payload: SourcePayload, *, live: bool) -> None:
         """Hand ``payload`` over as the data of the latest sync (its Expire runs from now)."""
         self._live = live
         self.status.attempted = True
@@ -482,7 +480,7 @@ class RtrSource:
             )
         )
 
-    async def _watch_expiry(self, sink: PayloadSink) -> None:
+    async def _watch_expiry(self, sink: DeliverySink) -> None:
         """Withdraw the data once Expire has passed since the last successful sync."""
         while True:
             expire_at = self._expire_at

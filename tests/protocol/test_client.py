@@ -42,7 +42,7 @@ from rtr_protocol import (
     encode_full_response,
     is_legacy_aspa,
 )
-from rtr_protocol.client import _splice
+from rtr_protocol.client_staging import splice_descending as _splice
 from snapshot import Aspa, RouterKey, Serial, Snapshot, Vrp, compute_delta
 from snapshot.model import pack_v4, pack_v6
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import random
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -23,6 +24,7 @@ from rtr_protocol import (
     encode,
     error_code_valid,
 )
+from rtr_protocol.errors import TruncatedPduError
 from tests.protocol.strategies import Outcome, drain, frame_chunks, pdus
 
 SAMPLE: list[Pdu] = [
@@ -185,6 +187,29 @@ def test_eof_inside_pdu(cut: int) -> None:
     assert exc.code is ErrorCode.CORRUPT_DATA
     assert not exc.recoverable
     assert exc.offending == raw[: min(cut, 8)]
+    assert isinstance(exc, TruncatedPduError)
+    assert exc.pending == cut
+
+
+def test_match_and_skip_take_runs_straight_from_the_buffer() -> None:
+    """`match` peeks at whole PDUs only; `skip` consumes; `consumed` counts both ways."""
+    prefixes = [encode(Ipv4Prefix(1, 1, 24, 24, 0xC000_0200 + (i << 8), 64496)) for i in range(3)]
+    run = re.compile(rb"(?:\x01\x04..\x00\x00\x00\x14.{12})+", re.DOTALL)
+    framer = PduFramer()
+    framer.receive_data(b"".join(prefixes) + encode(ResetQuery(1))[:5])
+    assert framer.match(run) == b"".join(prefixes)
+    assert framer.consumed == 0  # match consumed nothing
+    framer.skip(20)
+    assert framer.consumed == 20
+    assert framer.match(run) == b"".join(prefixes[1:])
+    framer.skip(40)
+    assert framer.match(run) == b""
+    assert framer.next_pdu() is NEED_DATA  # the Reset Query is partial
+    framer.receive_data(encode(ResetQuery(1))[5:])
+    assert framer.next_pdu() == ResetQuery(1)
+    assert (framer.consumed, framer.buffered) == (68, 0)
+    with pytest.raises(ValueError, match="cannot skip"):
+        framer.skip(1)
 
 
 def test_data_after_eof_is_a_bug() -> None:

@@ -22,7 +22,7 @@ from rtr_protocol import (
     SerialQuery,
     encode,
 )
-from rtr_protocol.client import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
+from rtr_protocol.client_bounds import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from tests.server.helpers import wait_until
 from tests.upstream.rtr_source_helpers import (
     CacheConnection,
