@@ -1,13 +1,12 @@
-"""Composition root: the upstream `Client`'s snapshots go through the publisher to the server.
+"""Composition root: wires the upstream `Client`, the publish pipeline, the state file, the server.
 
 `run_app` owns everything it creates: the server, the client (which owns the sources) and,
 with ``--state``, the persistence backend and its worker. The app only uses the client's public
-API (`Client.watch`). Publishing runs in a worker thread (the delta of a large table takes a
-fraction of a second) and the new state is swapped into the server in one assignment.
-
-With persisted state, start-up runs in this order: owner lock and schema check (backend open),
-read with digest checks, time check, rebuild, publish, and only then the network. With
-``--state-reader`` the app follows another process's SQLite state instead of running sources.
+API (`Client.watch`). What happens to a snapshot is `rtr_server.publishing.Publishing`'s
+(publisher in a worker thread, swapped into the server in one assignment); what happens to the
+state file is `rtr_server.state_keeping.StateKeeping`'s (open, recover, offer, close). With
+persisted state the recovery runs before any network. With ``--state-reader`` the app follows
+another process's SQLite state (`rtr_server.follower.StateFollower`) instead of running sources.
 
 `App.stop` closes in order: commits are held, the client closes (no new snapshot; its tasks
 end), the snapshot in hand is published and handed over, its commit waited for within
@@ -19,40 +18,36 @@ Cancelling `run` stops at once.
 
 from __future__ import annotations
 
-import functools
 import logging
 import secrets
 from contextlib import AsyncExitStack
 from dataclasses import replace
-from datetime import UTC, datetime
 
 import anyio
 from anyio.abc import TaskStatus
 from prometheus_client.registry import CollectorRegistry
 
 from persistence.backend import ThreadedBackend
-from persistence.errors import DamagedStateError
 from persistence.location import StateLocation
 from persistence.persister import Persister
-from persistence.state import StateId
-from rtr_server import __version__, app_view
+from rtr_server import app_view
 from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.follower import StateFollower
 from rtr_server.http.api import HttpApi
 from rtr_server.http.view import GroupView, SourceView
-from rtr_server.publish_log import PublishLog, log_publish
-from rtr_server.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
+from rtr_server.publish_log import PublishLog
+from rtr_server.publishing import Publishing
+from rtr_server.recovery import RecoveryPlan
 from rtr_server.server import RtrServer
 from rtr_server.shutdown import (
     ClientRun,
-    Handover,
     ShutdownReport,
     StopRequest,
     close_failed,
-    close_store,
     final_not_built,
     persist_last,
 )
+from rtr_server.state_keeping import StateKeeping
 from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from upstream.client import (
@@ -77,26 +72,20 @@ class App:
         self.config = config
         self.clock = clock
         self.server = RtrServer(config.server)
-        self.publisher = Publisher(
+        publisher = Publisher(
             SessionIds.from_random(secrets.token_bytes(2)),
             max_entries=config.history,
             max_bytes=config.history_bytes,
         )
+        #: Snapshots to what routers are served (publisher, server, publish log).
+        self.publishing = Publishing(self.server, publisher, clock)
+        #: The state file (``--state``, ``--state-reader``): open, recover, commit, close.
+        self.keeping = StateKeeping(clock.wall)
         #: The upstream client; None for a follower (``--state-reader``), which runs no sources.
         self.client: Client | None = (
             None if config.state_reader else Client(config.client_config(), clock=clock)
         )
-        self.published = 0
-        #: The persistence backend (owned: opened and closed by `run`); None when memory-only.
-        self.backend: ThreadedBackend | None = None
-        self.persister: Persister | None = None
-        #: What the last start-up recovered (None without ``--state``).
-        self.recovery: RecoveryPlan | None = None
         self.follower: StateFollower | None = None
-        self._epoch = 0
-        self._generation = 0
-        #: The most recent publishes (for /status and the dashboard).
-        self.publishes = PublishLog()
         #: Prometheus collectors of this app (served on /metrics); never the global registry.
         self.registry = CollectorRegistry()
         self.http = None if config.http is None else HttpApi(self, config.http, self.registry)
@@ -104,10 +93,7 @@ class App:
         self.shutdown: ShutdownReport | None = None
         self._stop = StopRequest()
         self._client_run = ClientRun(self._stop)
-        #: Why closing the store failed (also in /status); None: it closed, or not yet.
-        self.persistence_close_error: str | None = None
-        #: What `_follow` took from the client last and what it handed to the persister.
-        self._handover: Handover[ClientSnapshot] = Handover()
+        self._handover = self.keeping.handover
 
     def _client(self) -> Client:
         if self.client is None:
@@ -142,49 +128,44 @@ class App:
         """What routers are served now."""
         return self.server.state
 
-    async def _on_client_snapshot(self, current: ClientSnapshot) -> None:
-        await self._on_snapshot(current.snapshot)
-        if self.persister is not None and self.server.state is not None:
-            await self._persist(current)
+    # ------------------------------------------------------------------ the parts, by name
+    @property
+    def publisher(self) -> Publisher:
+        """The publisher (serials, deltas, the diff log)."""
+        return self.publishing.publisher
 
-    async def _persist(self, current: ClientSnapshot) -> None:
-        assert self.persister is not None
-        assert self.backend is not None
-        published = self.server.state
-        assert published is not None
-        self._generation += 1
-        ids = published.session_ids
-        keeper = self._client().keeper
-        # The values are taken now; only the conversion of the payloads runs in the thread.
-        state = await anyio.to_thread.run_sync(
-            functools.partial(
-                build_state,
-                store_id=self.backend.store_id or "",
-                state_id=StateId(self._epoch, self._generation),
-                config_revision=current.config_revision,
-                serial=published.serial.value,
-                session_ids=(ids.v0, ids.v1, ids.v2),
-                published_wall=keeper.now(),
-                package_version=__version__,
-                inputs=current.inputs,
-                observed_wall=max(keeper.now(), current.evaluated_at),
-                evaluated_wall=current.evaluated_at,
-            )
-        )
-        self.persister.offer(state)
+    @property
+    def published(self) -> int:
+        """Publishes so far."""
+        return self.publishing.published
+
+    @property
+    def publishes(self) -> PublishLog:
+        """The most recent publishes (for /status and the dashboard)."""
+        return self.publishing.publishes
+
+    @property
+    def backend(self) -> ThreadedBackend | None:
+        """The persistence backend (owned: opened and closed by `run`); None when memory-only."""
+        return self.keeping.backend
+
+    @property
+    def persister(self) -> Persister | None:
+        """The persistence worker; None when memory-only or following."""
+        return self.keeping.persister
+
+    @property
+    def recovery(self) -> RecoveryPlan | None:
+        """What the last start-up recovered (None without ``--state``)."""
+        return self.keeping.recovery
+
+    @property
+    def persistence_close_error(self) -> str | None:
+        """Why closing the store failed (also in /status); None: it closed, or not yet."""
+        return self.keeping.close_error
 
     async def _on_snapshot(self, snapshot: Snapshot) -> None:
-        started = self.clock.monotonic()
-        state = await anyio.to_thread.run_sync(self.publisher.publish, snapshot)
-        if state is None:
-            log.debug("rebuilt snapshot is unchanged; serial stays")
-            return
-        self.server.publish(state)
-        self.published += 1
-        self.publishes.record(
-            state, wall=self.clock.wall(), duration=self.clock.monotonic() - started
-        )
-        log_publish(state, self.clock.monotonic() - started)
+        await self.publishing.publish(snapshot)
 
     async def _follow(self, scope: anyio.CancelScope, done: anyio.Event) -> None:
         """Publish every snapshot the client makes; resynchronise when a watch says so.
@@ -215,20 +196,13 @@ class App:
     async def _take(self, current: ClientSnapshot) -> None:
         """Publish ``current`` and hand it to the persister, noting what was handed over."""
         with self._handover.taking(current):
-            await self._on_client_snapshot(current)
-        if self.persister is not None and self.server.state is not None:
-            self._note_offer(current)
-
-    def _note_offer(self, current: ClientSnapshot) -> None:
-        """Note the state `_persist` just offered (its id is the app's latest generation)."""
-        assert self.persister is not None
-        assert self.server.state is not None
-        state_id = StateId(self._epoch, self._generation)
-        self._handover.note(current, state_id, self.server.state, self.persister.persisted)
+            await self._on_snapshot(current.snapshot)
+            await self._offer_now(current)
 
     async def _offer_now(self, current: ClientSnapshot) -> None:
-        await self._persist(current)  # the final hand-over, when `_take` was cut short
-        self._note_offer(current)
+        """Offer ``current``'s state (also the final hand-over, when `_take` was cut short)."""
+        if self.persister is not None and self.server.state is not None:
+            await self.keeping.offer(current, self.server.state, self._client())
 
     def stop(self) -> None:
         """Ask for an orderly stop (see the module docstring); `run` then returns."""
@@ -245,7 +219,14 @@ class App:
             return
         async with AsyncExitStack() as stack:
             if self.config.state is not None:
-                await self._recover(self.config.state, stack)
+                stack.push_async_callback(self.keeping.close)
+                await self.keeping.recover(
+                    self.config.state,
+                    self._client(),
+                    self._on_snapshot,
+                    self.publishing.avoid_session_ids,
+                    self.clock.monotonic,
+                )
             client = await stack.enter_async_context(self._client())
             listeners = await stack.enter_async_context(anyio.create_task_group())
             await listeners.start(self.server.serve)
@@ -317,105 +298,18 @@ class App:
             return final_not_built(self._handover, self.persister)
         return report
 
-    async def _recover(self, location: StateLocation, stack: AsyncExitStack) -> None:
-        """Open the store (lock, schema), read and check it, seed the client, publish."""
-        backend = location.make_backend(wall=self.clock.wall)
-        self.backend = backend
-        stack.push_async_callback(self._close_backend, backend)
-        # A refusal ends the start here, the file untouched: another owner, a missing extra, or
-        # a file that cannot be written safely (not a database, a failed integrity check, a
-        # foreign or newer schema, other columns or objects, a damaged header).
-        await backend.open()
-        started = self.clock.monotonic()
-        damaged = None
-        try:
-            stored = await backend.read_state()  # any other read failure ends the start too
-        except DamagedStateError as exc:
-            # Rows that fail a check in a sound file: not served; the first commit replaces them.
-            stored, damaged = None, await backend.read_header()
-            log.error(
-                "state %s holds a damaged state (%s): it is not used; starting from the network, "
-                "and the first commit replaces it",
-                location,
-                exc,
-            )
-        persisted: StateId | None = None
-        if stored is None:
-            if damaged is None:
-                log.info("state %s is empty: starting from the network", location)
-            persisted = None if damaged is None else damaged.state_id
-            self._epoch = 1 if damaged is None else damaged.state_id.epoch + 1
-        else:
-            header, state = stored
-            persisted = header.state_id
-            self._epoch = header.state_id.epoch + 1
-            client = self._client()
-            tolerance = client.config.clock_tolerance
-            configured = [
-                SourceIdentity(s.name, s.status.kind, s.status.location) for s in client.sources
-            ]
-            await client.slurm.check()  # the policy every published snapshot gets
-            policy = client.slurm.policy
-            plan = await anyio.to_thread.run_sync(
-                lambda: plan_recovery(
-                    header,
-                    state,
-                    configured,
-                    wall=self.clock.wall(),
-                    clock_tolerance=tolerance,
-                    policy=policy,
-                )
-            )
-            self.recovery = plan
-            if plan.trusted:
-                # A time the state shows was reached: the effective time never goes below it.
-                client.keeper.observe(header.written_at / 1e6)
-            for note in plan.notes:
-                log.info("recovery from %s: %s", location, note)
-            for name, recovered in plan.recovered.items():
-                client.seed(name, recovered)
-            if plan.snapshot is not None:
-                self._avoid_session_ids(header.session_ids)
-                await self._on_snapshot(plan.snapshot)
-                log.info(
-                    "recovered state %s (serial %d, written %s) in %.2f s: serving %d VRPs "
-                    "under a new session",
-                    header.state_id,
-                    header.serial,
-                    datetime.fromtimestamp(header.written_at / 1e6, UTC).isoformat(),
-                    self.clock.monotonic() - started,
-                    plan.snapshot.vrp_count,
-                )
-        self.persister = Persister(
-            backend, path=str(location.path), persisted=persisted, wall=self.clock.wall
-        )
-
-    def _avoid_session_ids(self, previous: tuple[int, int, int]) -> None:
-        """Routers must see a new session after recovery: redraw on a (rare) collision."""
-        ids = self.publisher.session_ids
-        while {ids.v0, ids.v1, ids.v2} & set(previous):
-            ids = SessionIds.from_random(secrets.token_bytes(2))
-        self.publisher.session_ids = ids
-
     async def _report(self, report: ShutdownReport, wait: float | None = None) -> None:
         """Close the store, then log how the stop ended.
 
         A call still running after ``wait`` s is interrupted and rolls back; the close returns
         once the worker thread ended.
         """
-        if self.backend is not None:
-            await self._close_backend(self.backend, wait)
+        await self.keeping.close(wait)  # idempotent: the exit stack closes it again
         self.shutdown = replace(report, close_error=self.persistence_close_error)
         self.shutdown.log(log)
 
-    async def _close_backend(self, backend: ThreadedBackend, wait: float | None = None) -> None:
-        # Idempotent: the orderly stop closes it before the listeners, the exit stack again.
-        known = self.persistence_close_error
-        self.persistence_close_error = await close_store(backend, known, wait)
-
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
-        backend = location.make_backend(read_only=True, wall=self.clock.wall)
-        self.backend = backend
+        backend = self.keeping.open_reader(location)
         slurm = SlurmFiles(self.config.slurm, poll_interval=self.config.poll_interval)
         follower = StateFollower(
             backend,
@@ -436,7 +330,7 @@ class App:
             # A follower persists nothing.
             self.shutdown = ShutdownReport(persisted=None, message="")
         finally:
-            await self._close_backend(backend)
+            await self.keeping.close()
 
     async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
         await self._stop.wait()

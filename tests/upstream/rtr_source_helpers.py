@@ -123,7 +123,7 @@ async def running_core(
     """Run a core `App` in its own cancel scope; by default wait for its first publish."""
     app = App(config, make_clock(config.reference_time))
     if session_ids is not None:
-        app.publisher = Publisher(session_ids)
+        app.publishing.publisher = Publisher(session_ids)
     core = Core(app, anyio.CancelScope(), anyio.Event())
 
     async def run(*, task_status: TaskStatus[App] = anyio.TASK_STATUS_IGNORED) -> None:
