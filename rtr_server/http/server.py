@@ -1,12 +1,13 @@
 """`HttpServer`: an anyio TCP listener serving GET/HEAD requests to one async handler.
 
-Each connection is a task in the server's task group; `serve` owns the listeners and every
-connection, and cancelling it closes them all. Limits: at most ``max_connections`` connections
-(more get a 503 and are closed at once), a request head of at most ``max_request_bytes``
-(else 431), received within ``request_timeout`` (else the connection is closed, with a 408 when
-a request had begun), each response slice accepted within ``write_timeout`` (else the client
-is dropped), and ``max_requests_per_connection`` requests per connection (keep-alive). A
-handler that raises gets a 500 and the connection is closed; the error is logged.
+Requests are read by `wire.RequestReader` (h11 underneath). Each connection is a task in the
+server's task group; `serve` owns the listeners and every connection, and cancelling it closes
+them all. Limits: at most ``max_connections`` connections (more get a 503 and are closed at
+once), a request head of at most ``max_request_bytes`` (else 431), received within
+``request_timeout`` (else the connection is closed, with a 408 when a request had begun), each
+response slice accepted within ``write_timeout`` (else the client is dropped), and
+``max_requests_per_connection`` requests per connection (keep-alive). A handler that raises
+gets a 500 and the connection is closed; the error is logged.
 """
 
 from __future__ import annotations
@@ -22,16 +23,15 @@ from typing import cast
 
 import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
-from anyio.streams.buffered import BufferedByteReceiveStream
 
 from rtr_server.accept import accept_forever
 from rtr_server.http.settings import HttpSettings
 from rtr_server.http.wire import (
     HttpError,
     Request,
+    RequestReader,
     Response,
     error_response,
-    parse_request_head,
     response_head,
 )
 
@@ -41,7 +41,8 @@ Handler = Callable[[Request], Awaitable[Response]]
 
 #: Bytes per send call for large bodies (the /json export is tens of MB).
 SEND_SLICE = 256 * 1024
-_END_OF_HEAD = b"\r\n\r\n"
+#: Bytes asked of the socket per receive while a request head is read.
+RECEIVE_SIZE = 65536
 
 
 @dataclass(slots=True)
@@ -130,30 +131,22 @@ class HttpServer:
 
     async def _serve_requests(self, stream: SocketStream) -> None:
         settings = self.settings
-        buffered = BufferedByteReceiveStream(stream)
+        reader = RequestReader(settings.max_request_bytes)
         for served in range(1, settings.max_requests_per_connection + 1):
-            with anyio.move_on_after(settings.request_timeout) as waited:
-                try:
-                    head = await buffered.receive_until(_END_OF_HEAD, settings.max_request_bytes)
-                except anyio.IncompleteRead:
-                    return  # the client closed (between requests, or mid-head)
-                except anyio.DelimiterNotFound:
-                    await self._refuse_request(stream, HttpError(431, "request head too large"))
-                    return
-            if waited.cancelled_caught:
-                self.stats.request_timeouts += 1
-                if buffered.buffer:
-                    await self._refuse_request(stream, HttpError(408, "request timeout"))
-                return
-            if len(head) + len(_END_OF_HEAD) > settings.max_request_bytes:
-                # receive_until checks its limit only before each read; one read may overshoot.
-                await self._refuse_request(stream, HttpError(431, "request head too large"))
-                return
+            request: Request | None = None
             try:
-                request = parse_request_head(head + _END_OF_HEAD)
+                with anyio.move_on_after(settings.request_timeout) as waited:
+                    request = await self._receive_request(stream, reader)
             except HttpError as exc:
                 await self._refuse_request(stream, exc)
                 return
+            if waited.cancelled_caught:
+                self.stats.request_timeouts += 1
+                if reader.pending:
+                    await self._refuse_request(stream, HttpError(408, "request timeout"))
+                return
+            if request is None:
+                return  # the client closed (between requests, or mid-head)
             try:
                 response = await self.handler(request)
             except Exception:
@@ -165,6 +158,17 @@ class HttpServer:
             await self._send(stream, request, response, keep_alive=keep_alive)
             if not keep_alive:
                 return
+
+    @staticmethod
+    async def _receive_request(stream: SocketStream, reader: RequestReader) -> Request | None:
+        """The next request on ``stream``; None if the client closes first."""
+        while (request := reader.next_request()) is None:
+            try:
+                data = await stream.receive(RECEIVE_SIZE)
+            except anyio.EndOfStream:
+                return None
+            reader.receive_data(data)
+        return request
 
     async def _refuse_request(self, stream: SocketStream, error: HttpError) -> None:
         self.stats.refused[error.status] += 1

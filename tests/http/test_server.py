@@ -233,3 +233,90 @@ def test_http_address_needs_a_host() -> None:
         parse_http_address(":8080")
     with pytest.raises(ValueError, match="HOST:PORT"):
         parse_http_address("8080")
+
+
+# ------------------------------------------------------------------ framing over real TCP
+
+
+async def send_in_pieces(client: RawClient, data: bytes, sizes: list[int]) -> None:
+    """Send ``data`` cut into pieces of ``sizes`` (then the rest), pausing after each send."""
+    offset = 0
+    for size in sizes:
+        await client.send(data[offset : offset + size])
+        offset += size
+        await anyio.sleep(0.002)  # lets the server read each piece on its own
+    if offset < len(data):
+        await client.send(data[offset:])
+
+
+async def test_request_dripped_byte_by_byte() -> None:
+    request = get("/drip", "X-Filler: " + "v" * 40)
+    async with serving() as (server, port), RawClient.connect(port) as client:
+        await send_in_pieces(client, request, [1] * len(request))
+        response = await client.response()
+        assert (response.status, response.body) == (200, b"GET /drip\n")
+        # The connection stays usable: a second request, in 3-byte pieces.
+        second = get("/again", "Connection: close")
+        await send_in_pieces(client, second, [3] * (len(second) // 3))
+        assert (await client.response()).body == b"GET /again\n"
+        assert await client.closed()
+        assert server.stats.connections == 1
+        assert not server.stats.refused
+
+
+@pytest.mark.parametrize("cut", ["in-first-head", "at-boundary", "in-empty-line", "in-second"])
+async def test_pipelined_pair_split_anywhere(cut: str) -> None:
+    first = get("/a")
+    # An empty line between pipelined requests is ignored (RFC 9112 §2.2).
+    data = first + b"\r\n" + get("/b", "Connection: close")
+    at = {
+        "in-first-head": len(first) // 2,
+        "at-boundary": len(first),
+        "in-empty-line": len(first) + 1,
+        "in-second": len(first) + 10,
+    }[cut]
+    async with serving() as (server, port), RawClient.connect(port) as client:
+        await send_in_pieces(client, data, [at])
+        one, two = await client.response(), await client.response()
+        assert (one.status, one.body) == (200, b"GET /a\n")
+        assert "connection" not in one.headers
+        assert (two.status, two.body) == (200, b"GET /b\n")
+        assert two.headers["connection"] == "close"
+        assert await client.closed()
+        assert not server.stats.refused
+
+
+def sized_request(size: int) -> bytes:
+    """A GET whose head (up to and including its empty line) is exactly ``size`` bytes."""
+    base = get("/", "X-Pad: ")
+    return get("/", "X-Pad: " + "p" * (size - len(base)))
+
+
+@pytest.mark.parametrize(
+    ("data", "status"),
+    [
+        (sized_request(1024), 200),
+        (sized_request(1025), 431),
+        (sized_request(1025)[:1024], 431),  # 1024 bytes and no end of the head yet
+        (b"\r\n\r\n", 400),  # an empty request
+    ],
+)
+async def test_head_size_limit_is_exact(data: bytes, status: int) -> None:
+    async with serving(max_request_bytes=1024) as (_, port), RawClient.connect(port) as client:
+        await client.send(data)
+        assert (await client.response()).status == status
+
+
+async def test_a_begun_request_that_is_only_an_empty_line_times_out_with_408() -> None:
+    async with serving(request_timeout=0.3) as (server, port), RawClient.connect(port) as client:
+        await client.send(b"\r\n")
+        assert (await client.response()).status == 408
+        assert await client.closed()
+        assert server.stats.refused[408] == 1
+
+
+async def test_a_head_ending_in_bare_line_feeds_is_served() -> None:
+    """On the wire as in the parser (RFC 9112 §2.2: LF alone may end a line)."""
+    async with serving(request_timeout=2.0) as (_, port), RawClient.connect(port) as client:
+        await client.send(b"GET /lf HTTP/1.1\nHost: t\nConnection: close\n\n")
+        assert (await client.response()).body == b"GET /lf\n"
