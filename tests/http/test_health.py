@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.clock import FakeClock
 from tests.http.helpers import http_app_config, http_settings, running_http_app
 from tests.server.helpers import export, publish_and_wait, roa, wait_until, write_export
-from tests.upstream.helpers import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -20,7 +20,7 @@ async def test_healthz_flips_to_503_when_data_expires(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
     expires = int(T0) + 100
     write_export(path, export([roa("192.0.2.0/24", 24, 64496, expires)]))
-    clock = FakeClock(T0)
+    clock = FakeClock(wall=T0, monotonic="real")
     async with running_http_app(http_app_config(path), clock=clock) as run:
         ok = await run.get("/healthz")
         assert ok.status_code == 200, ok.text
@@ -28,7 +28,7 @@ async def test_healthz_flips_to_503_when_data_expires(tmp_path: Path) -> None:
         assert (await run.metrics()).get("rtr_healthy", reason="ok") == 1
 
         # Past the entry's expiry: the served set holds an expired entry until the rebuild.
-        clock.now = T0 + 200
+        clock.set_wall(T0 + 200)
         expired = await run.get("/healthz")
         assert expired.status_code == 503
         assert expired.json()["reason"] == "expired"
@@ -76,16 +76,16 @@ async def test_no_data_yet(tmp_path: Path) -> None:
 async def test_all_sources_failing_beyond_the_staleness_bound(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
     write_export(path, export([roa("192.0.2.0/24", 24, 64496, int(T0) + 100_000)]))
-    clock = FakeClock(T0)
+    clock = FakeClock(wall=T0, monotonic="real")
     config = http_app_config(path, http=http_settings(stale_after=600))
     async with running_http_app(config, clock=clock) as run:
         source = run.app.sources[0]
         write_export(path, "{ not json")
         await wait_until(lambda: source.status.state.value == "error", what="the bad update")
         # Failing, but the last good load is recent: still healthy (the old data serves).
-        clock.now = T0 + 500
+        clock.set_wall(T0 + 500)
         assert (await run.get("/healthz")).status_code == 200
-        clock.now = T0 + 700
+        clock.set_wall(T0 + 700)
         failing = await run.get("/healthz")
         assert failing.status_code == 503
         body = failing.json()

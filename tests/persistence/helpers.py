@@ -1,4 +1,4 @@
-"""Helpers for the persistence tests: backend factories, a settable wall clock, raw connections."""
+"""Helpers for the persistence tests: backend factories, wall time as stored, raw connections."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import anyio
 from persistence.backend import ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.sqlite_backend import SQLiteBackend
+from tests.clock import FakeClock
 from tests.persistence.states import T0, US
 
 KINDS = ("sqlite", "duckdb")
@@ -23,23 +24,14 @@ ROOT = Path(__file__).resolve().parents[2]
 START = T0 / US + 3600
 
 
-class Clock:
-    """A settable wall clock in Unix seconds (the only fake the tests use)."""
-
-    def __init__(self, now: float = START) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def us(self) -> int:
-        """The current time in microseconds, as the backend stores it."""
-        return round(self.now * US)
+def wall_us(clock: FakeClock) -> int:
+    """The clock's wall time in microseconds, as the backend stores it."""
+    return round(clock.wall() * US)
 
 
-def make(kind: str, path: Path, clock: Clock | None = None, **options: Any) -> ThreadedBackend:
+def make(kind: str, path: Path, clock: FakeClock | None = None, **options: Any) -> ThreadedBackend:
     """An unopened owner backend of ``kind`` on ``path``."""
-    wall = clock or Clock()
+    wall = (clock or FakeClock(wall=START)).wall
     if kind == "sqlite":
         return SQLiteBackend(path, wall=wall, **options)
     return DuckDBBackend(path, wall=wall, **options)
@@ -47,7 +39,7 @@ def make(kind: str, path: Path, clock: Clock | None = None, **options: Any) -> T
 
 @asynccontextmanager
 async def opened(
-    kind: str, path: Path, clock: Clock | None = None
+    kind: str, path: Path, clock: FakeClock | None = None
 ) -> AsyncIterator[ThreadedBackend]:
     """An open backend, closed (and checked closed in time) on exit."""
     backend = make(kind, path, clock)

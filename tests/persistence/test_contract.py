@@ -26,7 +26,8 @@ from persistence.errors import (
 )
 from persistence.schema import DDL, TABLES
 from persistence.state import SCHEMA_VERSION, StateId, header_digest
-from tests.persistence.helpers import KINDS, ROOT, Clock, listing, make, opened, raw
+from tests.clock import FakeClock
+from tests.persistence.helpers import KINDS, ROOT, START, listing, make, opened, raw, wall_us
 from tests.persistence.states import (
     US,
     assert_same_state,
@@ -50,7 +51,7 @@ def path(kind: str, tmp_path: Path) -> Path:
     return tmp_path / f"state.{kind}"
 
 
-async def committed(kind: str, path: Path, clock: Clock | None = None) -> StateId:
+async def committed(kind: str, path: Path, clock: FakeClock | None = None) -> StateId:
     """Commit the realistic state into a fresh store and close it; its id."""
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
@@ -86,7 +87,7 @@ async def test_constructor_touches_no_file(kind: str, tmp_path: Path) -> None:
 
 
 async def test_open_creates_schema_v2(kind: str, path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.is_open
         store_id = backend.store_id
@@ -99,7 +100,7 @@ async def test_open_creates_schema_v2(kind: str, path: Path) -> None:
             names = db.execute("SELECT table_name FROM information_schema.tables").fetchall()
         assert {name for (name,) in names} == set(TABLES)
         info = db.execute("SELECT schema_version, store_id, created_at FROM schema_info")
-        assert info.fetchall() == [(2, store_id, clock.us())]
+        assert info.fetchall() == [(2, store_id, wall_us(clock))]
         assert db.execute("SELECT count(*) FROM header").fetchall() == [(0,)]
     # Reopening keeps the store id.
     async with opened(kind, path) as backend:
@@ -125,13 +126,13 @@ async def test_empty_store_reads_none(kind: str, path: Path) -> None:
 
 
 async def test_full_state_round_trip(kind: str, path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         first = make_state(backend.store_id, StateId(7, 1))
         receipt = await backend.commit(first, None)
         assert receipt.state_id == first.state_id
-        assert receipt.written_at == clock.us()
+        assert receipt.written_at == wall_us(clock)
         assert receipt.state_digest == first.digest()
         assert not receipt.retried
         result = await backend.read_state()
@@ -142,7 +143,7 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
         assert header.schema_version == 2
         assert header.store_id == backend.store_id
         assert header.state_id == StateId(7, 1)
-        assert header.written_at == clock.us()
+        assert header.written_at == wall_us(clock)
         assert header.state_digest == first.digest()
         assert header.header_digest == header.computed_digest()
         assert (header.serial, header.config_revision) == (first.serial, first.config_revision)
@@ -151,14 +152,14 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
         assert header.package_version == first.package_version
 
         # A second, different state replaces the first entirely.
-        clock.now += 30
+        clock.move_wall(30)
         second = make_state(backend.store_id, StateId(7, 2), realistic_sources(1)[:2], serial=43)
         assert second.digest() != first.digest()
         await backend.commit(second, first.state_id)
         result = await backend.read_state()
         assert result is not None
         assert_same_state(result[1], second)
-        assert result[0].written_at == clock.us()
+        assert result[0].written_at == wall_us(clock)
 
     # A new owner (a restart) reads exactly the same state.
     async with opened(kind, path) as backend:
@@ -169,43 +170,43 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
 
 async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, path: Path) -> None:
     """A wall clock behind what the state shows (set back) does not make the commit look older."""
-    clock = Clock()
+    clock = FakeClock(wall=START)
     hour = 3600 * US
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         published = replace(
-            make_state(backend.store_id, StateId(1, 1)), published_at=clock.us() + hour
+            make_state(backend.store_id, StateId(1, 1)), published_at=wall_us(clock) + hour
         )
         receipt = await backend.commit(published, None)
-        assert receipt.written_at == clock.us() + hour
+        assert receipt.written_at == wall_us(clock) + hour
         header = await backend.read_header()
         assert header is not None
-        assert header.written_at == clock.us() + hour
+        assert header.written_at == wall_us(clock) + hour
 
         plain = make_state(backend.store_id, StateId(1, 2), serial=43)
-        observed = replace(plain, observed_at=clock.us() + 2 * hour)
+        observed = replace(plain, observed_at=wall_us(clock) + 2 * hour)
         assert observed.digest() == plain.digest()  # observed_at is no part of the content
         receipt = await backend.commit(observed, StateId(1, 1))
-        assert receipt.written_at == clock.us() + 2 * hour
+        assert receipt.written_at == wall_us(clock) + 2 * hour
         # A retry keeps the original written_at, whatever it observed since.
-        again = await backend.commit(replace(observed, observed_at=clock.us() + 9 * hour), None)
+        again = await backend.commit(replace(observed, observed_at=wall_us(clock) + 9 * hour), None)
         assert again.retried
-        assert again.written_at == clock.us() + 2 * hour
+        assert again.written_at == wall_us(clock) + 2 * hour
 
         http, rtr, empty = realistic_sources()
-        ahead = replace(rtr, accepted_at=clock.us() + 3 * hour)
+        ahead = replace(rtr, accepted_at=wall_us(clock) + 3 * hour)
         accepted = make_state(backend.store_id, StateId(1, 3), (http, ahead, empty), serial=44)
         receipt = await backend.commit(accepted, StateId(1, 2))
-        assert receipt.written_at == clock.us() + 3 * hour
+        assert receipt.written_at == wall_us(clock) + 3 * hour
 
-        clock.now += 5 * 3600  # the wall clock ahead of everything in the state wins
+        clock.move_wall(5 * 3600)  # the wall clock ahead of everything in the state wins
         later = replace(make_state(backend.store_id, StateId(1, 4), serial=45), observed_at=1)
         receipt = await backend.commit(later, StateId(1, 3))
-        assert receipt.written_at == clock.us()
+        assert receipt.written_at == wall_us(clock)
     async with opened(kind, path) as backend:
         result = await backend.read_state()
         assert result is not None
-        assert result[0].written_at == clock.us()
+        assert result[0].written_at == wall_us(clock)
         assert_same_state(result[1], later)
 
 
@@ -221,16 +222,16 @@ async def test_empty_state_round_trip(kind: str, path: Path) -> None:
 
 
 async def test_idempotent_retry_returns_the_original_commit(kind: str, path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         state = make_state(backend.store_id, StateId(1, 1))
         first = await backend.commit(state, None)
-        clock.now += 60
+        clock.move_wall(60)
         # The caller did not learn the outcome and tries again with the same expectation.
         again = await backend.commit(state, None)
         assert again.retried
-        assert again.written_at == first.written_at == Clock().us()
+        assert again.written_at == first.written_at == wall_us(FakeClock(wall=START))
         assert again.state_digest == first.state_digest
         # An equal state built anew is the same content.
         rebuilt = make_state(backend.store_id, StateId(1, 1))

@@ -22,7 +22,8 @@ from persistence.errors import CorruptStateError
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistedState, StateId, evaluated_digest
 from rtr_server.recovery import SourceIdentity, plan_recovery
-from tests.persistence.helpers import KINDS, Clock, opened, raw
+from tests.clock import FakeClock
+from tests.persistence.helpers import KINDS, START, opened, raw, wall_us
 from tests.persistence.states import US, assert_same_state, make_state, realistic_sources
 
 pytestmark = pytest.mark.anyio
@@ -43,15 +44,15 @@ def path(kind: str, tmp_path: Path) -> Path:
     return tmp_path / f"state.{kind}"
 
 
-def timed(store_id: str, state_id: StateId, clock: Clock) -> PersistedState:
+def timed(store_id: str, state_id: StateId, clock: FakeClock) -> PersistedState:
     """The realistic state with distinct stored times, all behind the wall clock."""
     http, rtr, empty = realistic_sources()
     sources = (
-        replace(http, evaluated_at=clock.us() - 50 * US),
-        replace(rtr, evaluated_at=clock.us() - 70 * US),
-        replace(empty, evaluated_at=clock.us() - 90 * US),
+        replace(http, evaluated_at=wall_us(clock) - 50 * US),
+        replace(rtr, evaluated_at=wall_us(clock) - 70 * US),
+        replace(empty, evaluated_at=wall_us(clock) - 90 * US),
     )
-    return replace(make_state(store_id, state_id, sources), observed_at=clock.us() - 10 * US)
+    return replace(make_state(store_id, state_id, sources), observed_at=wall_us(clock) - 10 * US)
 
 
 def stored_times(state: PersistedState) -> tuple[int, list[int]]:
@@ -59,7 +60,7 @@ def stored_times(state: PersistedState) -> tuple[int, list[int]]:
 
 
 async def test_a_round_trip_keeps_the_observed_and_evaluated_times(kind: str, path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         state = timed(backend.store_id, StateId(1, 1), clock)
@@ -87,7 +88,7 @@ async def test_a_round_trip_keeps_the_observed_and_evaluated_times(kind: str, pa
 
 async def test_the_stored_times_leave_the_state_digest_alone(kind: str, path: Path) -> None:
     """States differing only in their times have one digest: the second is a retry."""
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         state = timed(backend.store_id, StateId(1, 1), clock)
@@ -108,22 +109,24 @@ async def test_the_stored_times_leave_the_state_digest_alone(kind: str, path: Pa
 
 
 async def test_written_at_is_never_below_a_stored_time(kind: str, path: Path) -> None:
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         state = timed(backend.store_id, StateId(1, 1), clock)
         http, rtr, empty = state.sources
-        ahead = replace(state, sources=(http, replace(rtr, evaluated_at=clock.us() + HOUR), empty))
+        ahead = replace(
+            state, sources=(http, replace(rtr, evaluated_at=wall_us(clock) + HOUR), empty)
+        )
         receipt = await backend.commit(ahead, None)
-        assert receipt.written_at == clock.us() + HOUR
+        assert receipt.written_at == wall_us(clock) + HOUR
         observed = replace(
-            timed(backend.store_id, StateId(1, 2), clock), observed_at=clock.us() + 2 * HOUR
+            timed(backend.store_id, StateId(1, 2), clock), observed_at=wall_us(clock) + 2 * HOUR
         )
         receipt = await backend.commit(observed, StateId(1, 1))
-        assert receipt.written_at == clock.us() + 2 * HOUR
+        assert receipt.written_at == wall_us(clock) + 2 * HOUR
         header = await backend.read_header()
         assert header is not None
-        assert header.written_at == clock.us() + 2 * HOUR
+        assert header.written_at == wall_us(clock) + 2 * HOUR
 
 
 TIME_TAMPERS = [
@@ -137,7 +140,7 @@ TIME_TAMPERS = [
 
 @pytest.mark.parametrize("sql", TIME_TAMPERS)
 async def test_damaged_stored_times_are_corrupt(kind: str, path: Path, sql: str) -> None:
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         await backend.commit(timed(backend.store_id, StateId(1, 1), clock), None)
@@ -151,7 +154,7 @@ async def test_damaged_stored_times_are_corrupt(kind: str, path: Path, sql: str)
 
 async def test_a_written_at_below_an_evaluation_time_is_corrupt(kind: str, path: Path) -> None:
     """Rows and digests made consistent by hand, but no commit writes such a write time."""
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         state = timed(backend.store_id, StateId(1, 1), clock)
@@ -193,14 +196,14 @@ def columns(kind: str, path: Path, table: str) -> list[str]:
 async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path: Path) -> None:
     await before_times(kind, path)
     assert "observed_at" not in columns(kind, path, "header")
-    clock = Clock()
+    clock = FakeClock(wall=START)
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         result = await backend.read_state()
         assert result is not None
         header, state = result
         # The state as it was committed; its times are the commit's write time.
-        assert header.written_at == Clock().us()
+        assert header.written_at == wall_us(FakeClock(wall=START))
         assert (header.observed_at, header.evaluated_digest) == (None, None)
         want = make_state(backend.store_id, StateId(3, 5))
         assert state.digest() == header.state_digest == want.digest()
@@ -217,7 +220,7 @@ async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path:
             header,
             state,
             [SourceIdentity(s.name, s.kind, s.location) for s in state.sources],
-            wall=clock.now,
+            wall=clock.wall(),
             clock_tolerance=300,
         )
         assert plan.trusted
@@ -231,7 +234,7 @@ async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path:
         assert result is not None
         assert result[1].digest() == header.state_digest
         # The next commit stores the times.
-        clock.now += 60
+        clock.move_wall(60)
         newer = timed(backend.store_id, StateId(4, 1), clock)
         await backend.commit(newer, StateId(3, 5))
     async with opened(kind, path) as backend:

@@ -21,6 +21,7 @@ from persistence.state import NEVER, US_PER_SECOND, PersistedState, SourceRecord
 from rtr_server.recovery import ServedSource, ServedState, build_state, serve_at, to_payload
 from snapshot.kinds import PayloadKind
 from snapshot.model import Aspa, pack_v4
+from tests.clock import FakeClock
 from tests.server.helpers import wait_until
 from tests.server.test_follower_time import (
     PROMPT,
@@ -33,7 +34,6 @@ from tests.server.test_follower_time import (
     prefixes,
     record,
 )
-from tests.upstream.helpers import ManualClock
 from upstream.merge import SourceInput
 from upstream.payload import SourcePayload
 from upstream.timekeeper import TimeKeeper
@@ -94,14 +94,14 @@ def test_no_source_is_judged_before_the_floor_or_the_readers_time() -> None:
 
 
 def test_a_pinned_anchor_advances_on_the_monotonic_clock_and_never_moves_back() -> None:
-    clock = ManualClock(W)
+    clock = FakeClock(wall=W)
     keeper = TimeKeeper(clock)
     pinned = keeper.pin(W + 100)  # another process's evaluation time, ahead of the wall clock
     clock.advance(10)
     assert keeper.at(pinned) == W + 110
     assert keeper.at(None) == keeper.now() == W + 10  # nobody else's time is raised
-    clock.wall_now -= 500  # set back: the anchor goes on with the monotonic clock
-    clock.mono_now += 5
+    clock.move_wall(-500)  # set back: the anchor goes on with the monotonic clock
+    clock.move_monotonic(5)
     assert keeper.at(pinned) == W + 115
     # The same data again with an earlier time keeps the anchor; a later one raises it.
     assert keeper.pin(W + 50, pinned) is pinned
@@ -133,7 +133,7 @@ async def commit(writer: Writer, *sources: SourceRecord) -> StateId:
         config_revision=1,
         serial=state_id.generation,
         session_ids=(1, 2, 3),
-        published_at=int(writer.wall * US_PER_SECOND),
+        published_at=int(writer.clock.wall() * US_PER_SECOND),
         package_version="test",
         sources=sources,
     )
@@ -149,7 +149,7 @@ async def test_an_expiry_in_a_kind_the_source_is_not_selected_for_changes_nothin
     writer = Writer(path)
     await commit(writer, vrps_and_aspas())
     await writer.close()
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await run.wait_serving(names(X, Y))
         published = len(run.views)
@@ -164,20 +164,20 @@ async def test_a_source_removed_and_added_again_gets_no_life_back(tmp_path: Path
     path = tmp_path / "state.sqlite"
     writer = Writer(path)
     await commit(writer, record(X, Y))
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await run.wait_serving(names(X, Y))
         clock.advance(70)  # X expired at W + 60
         await run.wait_serving(names(Y))
         # The owner's clock and the follower's are set back 200 s (within the tolerance); the
         # owner drops the source, then adds it again with the same representation.
-        clock.wall_now -= 200
-        clock.mono_now += 1
-        writer.wall = W - 128
+        clock.move_wall(-200)
+        clock.move_monotonic(1)
+        writer.clock.set_wall(W - 128)
         without = await commit(writer)
         await wait_until(lambda: run.follower.status.state_id == without, what="the removal")
         await run.wait_serving(set())
-        writer.wall += 1
+        writer.clock.move_wall(1)
         again = await commit(writer, record(X, Y))
         published = len(run.views)
         await wait_until(

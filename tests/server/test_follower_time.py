@@ -37,9 +37,9 @@ from rtr_server.app_config import AppConfig
 from rtr_server.follower import StateFollower
 from snapshot.model import pack_v4
 from snapshot.snapshot import Snapshot
+from tests.clock import FakeClock
 from tests.server.helpers import RouterState, settings, wait_until
 from tests.server.rtr_client import TIMEOUT, RtrClient
-from tests.upstream.helpers import ManualClock
 
 pytestmark = pytest.mark.anyio
 
@@ -79,8 +79,8 @@ class Writer:
     """The owner: a real SQLite backend whose wall clock (hence ``written_at``) the test sets."""
 
     def __init__(self, path: Path) -> None:
-        self.wall = float(W)
-        self.backend = StateLocation("sqlite", path).make_backend(wall=lambda: self.wall)
+        self.clock = FakeClock(wall=float(W))
+        self.backend = StateLocation("sqlite", path).make_backend(wall=self.clock.wall)
         self.last: StateId | None = None
 
     async def commit(self, *entries: tuple[str, int, int | None]) -> StateId:
@@ -93,7 +93,7 @@ class Writer:
             config_revision=1,
             serial=state_id.generation,
             session_ids=(1, 2, 3),
-            published_at=int(self.wall * US_PER_SECOND),
+            published_at=int(self.clock.wall() * US_PER_SECOND),
             package_version="test",
             sources=(record(*entries),),
         )
@@ -138,7 +138,7 @@ class Following:
 @asynccontextmanager
 async def following(
     path: Path,
-    clock: ManualClock,
+    clock: FakeClock,
     *,
     poll: float = 0.05,
     backend: PersistenceBackend | None = None,
@@ -236,7 +236,7 @@ async def test_routers_of_a_follower_lose_an_entry_past_a_clock_jump(tmp_path: P
     writer = Writer(path)
     await writer.commit(X, Y)
     await writer.close()
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     config = AppConfig(
         server=settings(), state_reader=StateLocation("sqlite", path), reader_poll=30
     )
@@ -246,7 +246,7 @@ async def test_routers_of_a_follower_lose_an_entry_past_a_clock_jump(tmp_path: P
             await tg.start(app.run)
         await wait_until(lambda: app.state is not None, what="the follower's first publish")
         assert await routed(app) == names(X, Y)
-        clock.wall_now = W + 61
+        clock.set_wall(W + 61)
         await wait_until(
             lambda: app.state is not None and app.state.snapshot.vrp_count == 1,
             PROMPT,
@@ -261,11 +261,11 @@ async def test_a_wall_clock_jump_expires_entries_without_the_writer(tmp_path: Pa
     writer = Writer(path)
     await writer.commit(X, Y)
     await writer.close()  # the writer is gone: no header will ever change again
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     # A slow poll: expiry must not wait for it.
     async with following(path, clock, poll=30) as run:
         await run.wait_serving(names(X, Y))
-        clock.wall_now = W + 61  # jumped forward past X's expiry; no monotonic time passed
+        clock.set_wall(W + 61)  # jumped forward past X's expiry; no monotonic time passed
         await run.wait_serving(names(Y))
 
 
@@ -276,13 +276,13 @@ async def test_after_a_jump_forward_and_back_expired_entries_stay_withdrawn(
     writer = Writer(path)
     await writer.commit(X, Y)
     await writer.close()
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await run.wait_serving(names(X, Y))
-        clock.wall_now = W + 61
+        clock.set_wall(W + 61)
         await run.wait_serving(names(Y))
-        clock.wall_now = W + 2  # the jump is undone
-        clock.mono_now += 1
+        clock.set_wall(W + 2)  # the jump is undone
+        clock.move_monotonic(1)
         published = len(run.views)
         run.follower.policy_changed()  # a rebuild (as a SLURM reload makes) judges again
         await wait_until(lambda: len(run.views) > published, what="the rebuild's view")
@@ -298,13 +298,13 @@ async def test_the_floor_advances_on_the_monotonic_clock_when_the_wall_is_set_ba
     writer = Writer(path)
     await writer.commit(X, Y)
     await writer.close()
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await run.wait_serving(names(X, Y))
         # 70 s pass on the monotonic clock while the wall clock is set back 100 s: by the
         # follower's own time X expired at W + 60 although the wall clock says W - 29.
-        clock.mono_now += 70
-        clock.wall_now = W + 1 + 70 - 100
+        clock.move_monotonic(70)
+        clock.set_wall(W + 1 + 70 - 100)
         await run.wait_serving(names(Y))
         assert run.follower.keeper.now() == W + 71
 
@@ -313,16 +313,16 @@ async def test_a_set_back_clock_and_an_old_write_time_revive_nothing(tmp_path: P
     path = tmp_path / "state.sqlite"
     writer = Writer(path)
     await writer.commit(X, Y)
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await run.wait_serving(names(X, Y))
         clock.advance(70)  # X expires at W + 60
         await run.wait_serving(names(Y))
         # The machine's clock is set back 200 s (within the 300 s tolerance); the writer
         # commits again, its write time now before X's expiry.
-        clock.wall_now -= 200
-        clock.mono_now += 1
-        writer.wall = W - 128
+        clock.move_wall(-200)
+        clock.move_monotonic(1)
+        writer.clock.set_wall(W - 128)
         published = len(run.views)
         second = await writer.commit(X, Y)
         await wait_until(
@@ -338,7 +338,7 @@ async def test_expiry_is_not_delayed_by_a_poll_blocked_in_sql(tmp_path: Path) ->
     path = tmp_path / "state.sqlite"
     writer = Writer(path)
     await writer.commit(X, Y)
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     gated = GatedBackend(StateLocation("sqlite", path).make_backend(read_only=True))
     try:
         async with following(path, clock, backend=gated) as run:
@@ -346,7 +346,7 @@ async def test_expiry_is_not_delayed_by_a_poll_blocked_in_sql(tmp_path: Path) ->
                 await run.wait_serving(names(X, Y))
                 gated.hold()
                 await wait_until(lambda: gated.blocked, what="the poll to block in a read")
-                clock.wall_now = W + 61
+                clock.set_wall(W + 61)
                 await run.wait_serving(names(Y))
                 assert gated.blocked  # expired while the poll was still stuck
             finally:
@@ -365,12 +365,12 @@ async def test_a_wall_clock_too_far_behind_the_write_time_is_refused(
     path = tmp_path / "state.sqlite"
     writer = Writer(path)
     await writer.commit(X, Y)
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await run.wait_serving(names(X, Y))
         # The next state is written 398 s ahead of the follower's wall clock (tolerance 300).
         clock.advance(1)
-        writer.wall = W + 400
+        writer.clock.set_wall(W + 400)
         with caplog.at_level(logging.WARNING, logger="rtr_server.follower"):
             second = await writer.commit(X, Y, Z)
             await run.wait_serving(set())  # what was served is withdrawn
@@ -393,15 +393,15 @@ async def test_a_wall_clock_too_far_behind_the_write_time_is_refused(
 async def test_a_refused_state_is_trusted_when_a_newer_one_passes(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
     writer = Writer(path)
-    writer.wall = W + 1000
+    writer.clock.set_wall(W + 1000)
     await writer.commit(X, Y, Z)
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     async with following(path, clock) as run:
         await wait_until(lambda: run.follower.status.reads == 1, what="the first read")
         await anyio.sleep(0.3)
         assert run.views == []  # refused before anything was served: not even an empty set
         assert not run.trusted()
-        writer.wall = W + 2
+        writer.clock.set_wall(W + 2)
         await writer.commit(X, Y)
         await run.wait_serving(names(X, Y))
         assert run.trusted()
@@ -416,7 +416,7 @@ async def test_a_read_failure_keeps_the_view_only_until_it_expires(tmp_path: Pat
     writer = Writer(path)
     await writer.commit(X, ("203.0.113.0/24", 64498, W + 120))
     await writer.close()
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     failing = FailingBackend(StateLocation("sqlite", path).make_backend(read_only=True))
     try:
         async with following(path, clock, backend=failing) as run:
@@ -440,7 +440,7 @@ async def test_overlapping_rebuilds_publish_one_at_a_time_newest_last(tmp_path: 
     path = tmp_path / "state.sqlite"
     writer = Writer(path)
     await writer.commit(X, Y)
-    clock = ManualClock(W + 1)
+    clock = FakeClock(wall=W + 1)
     reader = StateLocation("sqlite", path).make_backend(read_only=True)
     views: list[Snapshot] = []
     active = 0
@@ -464,7 +464,7 @@ async def test_overlapping_rebuilds_publish_one_at_a_time_newest_last(tmp_path: 
                 await entered.wait()
             # While the first view is being published: X expires (timer), a new state comes
             # (poll) and the SLURM policy changes (timer again).
-            clock.wall_now = W + 61
+            clock.set_wall(W + 61)
             third = ("192.0.2.128/25", 64499, None)
             await writer.commit(X, Y, third)
             follower.policy_changed()

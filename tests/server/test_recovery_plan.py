@@ -7,7 +7,7 @@ from array import array
 from persistence.state import NEVER, PersistedState, SourceRecord, StateHeader, StateId
 from rtr_server.recovery import SourceIdentity, plan_recovery
 from snapshot.model import pack_v4
-from tests.upstream.helpers import ManualClock
+from tests.clock import FakeClock
 from tests.upstream.scripted_source import ScriptedSource
 from upstream.source_entry import SourceEntry
 from upstream.timekeeper import TimeKeeper
@@ -52,12 +52,12 @@ def test_an_rtr_source_keeps_its_deadline_and_session_across_a_restart() -> None
     assert plan.snapshot is not None
     assert plan.snapshot.vrp_count == 1
 
-    clock = ManualClock(W + 10)
+    clock = FakeClock(wall=W + 10)
     keeper = TimeKeeper(clock)
     entry = SourceEntry(ScriptedSource("cache", kind="rtr", online=True), "default")
     entry.seed(recovered, keeper)
     assert entry.availability(keeper.now()).value == "ready"
-    clock.mono_now += 591  # ten minutes after the stored sync, in effective time
+    clock.move_monotonic(591)  # ten minutes after the stored sync, in effective time
     assert entry.availability(keeper.now()).value == "expired"
 
 

@@ -20,6 +20,7 @@ from persistence.errors import OwnerLockedError
 from persistence.location import StateLocation
 from rtr_server.app import App
 from rtr_server.app_config import AppConfig
+from tests.clock import FakeClock
 from tests.server.helpers import (
     FAR,
     RouterState,
@@ -33,7 +34,6 @@ from tests.server.helpers import (
     write_export,
 )
 from tests.server.rtr_client import TIMEOUT, RtrClient
-from tests.upstream.helpers import FakeClock
 from upstream.clock import Clock, SystemClock
 
 pytestmark = pytest.mark.anyio
@@ -141,16 +141,16 @@ async def test_clock_behind_the_write_time_trusts_nothing(tmp_path: Path, backen
     source = tmp_path / "export.json"
     write_export(source, base_export())
     config = state_config((source,), location(tmp_path, backend))
-    await persist_and_stop(config, FakeClock(now))
+    await persist_and_stop(config, FakeClock(wall=now, monotonic="real"))
     source.unlink()
     # 301 s behind the write time: beyond the default 300 s tolerance.
-    async with running(config, FakeClock(now - 301)) as app:
+    async with running(config, FakeClock(wall=now - 301, monotonic="real")) as app:
         assert app.recovery is not None
         assert not app.recovery.trusted
         assert app.recovery.recovered == {}
         assert app.state is None  # routers get No Data Available until the network delivers
     # Within the tolerance the state is used, judged at the write time.
-    async with running(config, FakeClock(now - 200)) as app:
+    async with running(config, FakeClock(wall=now - 200, monotonic="real")) as app:
         assert app.recovery is not None
         assert app.recovery.trusted
         assert app.state is not None
@@ -169,9 +169,9 @@ async def test_only_entries_still_valid_come_back(tmp_path: Path, backend: str) 
     source = tmp_path / "export.json"
     write_export(source, doc)
     config = state_config((source,), location(tmp_path, backend))
-    await persist_and_stop(config, FakeClock(now))
+    await persist_and_stop(config, FakeClock(wall=now, monotonic="real"))
     source.unlink()
-    async with running(config, FakeClock(now + 200)) as app:
+    async with running(config, FakeClock(wall=now + 200, monotonic="real")) as app:
         held = await full_table(app, 1)
         assert held == expected_state(doc, 1, now=now + 200)
         assert len(held.prefixes) == 1
@@ -179,9 +179,9 @@ async def test_only_entries_still_valid_come_back(tmp_path: Path, backend: str) 
     expired = export(roas=[roa("192.0.2.0/24", 24, 64496, expires=now + 100)])
     write_export(source, expired)
     other = state_config((source,), location(tmp_path, backend + "-2"))
-    await persist_and_stop(other, FakeClock(now))
+    await persist_and_stop(other, FakeClock(wall=now, monotonic="real"))
     source.unlink()
-    async with running(other, FakeClock(now + 200)) as app:
+    async with running(other, FakeClock(wall=now + 200, monotonic="real")) as app:
         assert app.state is None
         assert app.recovery is not None
         assert any("nothing left valid" in note for note in app.recovery.notes)

@@ -1,4 +1,4 @@
-"""Shared helpers for the upstream tests: export documents, atomic file writes, a fake clock."""
+"""Shared helpers for the upstream tests: export documents, atomic file writes, slow builds."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import itertools
 import json
 import os
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
@@ -99,38 +98,6 @@ async def wait_for(condition: Callable[[], bool], limit: float = 5.0) -> None:
             if condition():
                 return
             await anyio.sleep(0.005)
-
-
-class FakeClock:
-    """A wall clock the test moves by hand; monotonic time is real."""
-
-    def __init__(self, wall: float) -> None:
-        self.now = wall
-
-    def wall(self) -> float:
-        return self.now
-
-    def monotonic(self) -> float:
-        return time.monotonic()
-
-
-class ManualClock:
-    """Wall and monotonic clocks that move only when the test moves them."""
-
-    def __init__(self, wall: float = 1_800_000_000.0) -> None:
-        self.wall_now = wall
-        self.mono_now = 1000.0
-
-    def wall(self) -> float:
-        return self.wall_now
-
-    def monotonic(self) -> float:
-        return self.mono_now
-
-    def advance(self, seconds: float) -> None:
-        """Time passes: both clocks move."""
-        self.wall_now += seconds
-        self.mono_now += seconds
 
 
 @contextmanager

@@ -1,10 +1,9 @@
-"""Helpers for the RTR source tests: a fake clock, edge apps, a scripted cache and StayRTR."""
+"""Helpers for the RTR source tests: edge apps, a scripted cache and StayRTR."""
 
 from __future__ import annotations
 
 import shutil
 import socket
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -18,31 +17,12 @@ from rtr_server.app import App
 from rtr_server.app_config import AppConfig, make_clock
 from snapshot.publisher import Publisher, SessionIds
 from snapshot.snapshot import Snapshot
+from tests.clock import FakeClock
 from tests.server.helpers import RouterState, settings, wait_until
 from tests.server.rtr_client import TIMEOUT, RtrClient
 from upstream.payload import SourcePayload
 from upstream.rtr_source import RtrSource
 from upstream.source import Delivery
-
-
-class OffsetClock:
-    """Real time, except that the test can let time pass at once (to pass Expire).
-
-    Both clocks move together: a monotonic clock running ahead of the wall clock would be a
-    wall clock set back, which distrusts online sources.
-    """
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def wall(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 def rtr_source_of(app: App) -> RtrSource:
@@ -62,11 +42,11 @@ def quick(source: RtrSource) -> RtrSource:
 
 @asynccontextmanager
 async def running_edge(
-    port: int, *, clock: OffsetClock | None = None, wait_for_data: bool = True
+    port: int, *, clock: FakeClock | None = None, wait_for_data: bool = True
 ) -> AsyncIterator[App]:
     """An edge `App` whose only source is ``rtr://127.0.0.1:port``, on 127.0.0.1 port 0."""
     config = AppConfig(sources=(f"rtr://127.0.0.1:{port}",), server=settings(), poll_interval=0.05)
-    app = App(config, clock or OffsetClock())
+    app = App(config, clock or FakeClock(wall="real", monotonic="real"))
     quick(rtr_source_of(app))
     async with anyio.create_task_group() as tg:
         with anyio.fail_after(TIMEOUT):

@@ -14,10 +14,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.model import Aspa
 from snapshot.snapshot import Snapshot
+from tests.clock import FakeClock
 from tests.upstream.helpers import (
     SKI_HEX,
     SPKI_B64,
-    FakeClock,
     dumps,
     roa,
     router_key,
@@ -165,7 +165,7 @@ async def test_rejected_update_keeps_the_previous_payload_in_the_union(tmp_path:
 
 async def test_expiry_triggers_a_rebuild_without_the_entry(tmp_path: Path) -> None:
     start = 1_800_000_000
-    clock = FakeClock(start)
+    clock = FakeClock(wall=start, monotonic="real")
     doc = {
         "roas": [
             roa("192.0.2.0/24", 24, 64496, expires=start + 1),
@@ -181,7 +181,7 @@ async def test_expiry_triggers_a_rebuild_without_the_entry(tmp_path: Path) -> No
                 [vrp("192.0.2.0/24", 24, 64496), vrp("198.51.100.0/24", 24, 64497)],
                 [Aspa(64500, (64501,))],
             )
-            clock.now = start + 2
+            clock.set_wall(start + 2)
             assert await run.next_snapshot(within=8) == Snapshot.build(
                 [vrp("198.51.100.0/24", 24, 64497)]
             )

@@ -10,6 +10,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.clock import FakeClock
 from tests.upstream.helpers import export, slow_builds, wait_for, write_atomically
 from upstream import file_source
 from upstream.client import (
@@ -214,19 +215,9 @@ async def test_aclose_during_a_slow_load_is_bounded_and_honest(
 
 
 async def test_restart_with_the_same_file_never_extends_life(tmp_path: Path) -> None:
-    class Clock:
-        def __init__(self, wall: float) -> None:
-            self.now = wall
-
-        def wall(self) -> float:
-            return self.now
-
-        def monotonic(self) -> float:
-            return self.now
-
     path = tmp_path / "a.json"
     write_atomically(path, export(A, expires=1_800_000_100))
-    clock = Clock(1_800_000_000)
+    clock = FakeClock(wall=1_800_000_000, monotonic=1_800_000_000)
     for expected in (1, 0):
         # First run before the entry's expiry; a "restart" after it serves nothing.
         async with Client(config(path), clock=clock) as client, anyio.create_task_group() as tg:
@@ -236,15 +227,15 @@ async def test_restart_with_the_same_file_never_extends_life(tmp_path: Path) -> 
             assert snap is not None
             assert snap.snapshot.vrp_count == expected
             await client.aclose()
-        clock.now += 200
+        clock.advance(200)
 
 
 async def test_an_old_snapshot_refuses_each_kind_past_its_usable_until(tmp_path: Path) -> None:
     """Each kind has its own usable-until time; a query about a kind past it raises
     SnapshotExpiredError naming the kind, even if the client has not rebuilt yet (item 5)."""
-    from tests.upstream.helpers import FakeClock, dumps, roa
+    from tests.upstream.helpers import dumps, roa
 
-    clock = FakeClock(1_800_000_000.0)
+    clock = FakeClock(wall=1_800_000_000.0, monotonic="real")
     path = tmp_path / "a.json"
     doc = {
         "roas": [roa("192.0.2.0/24", 24, 64496, expires=1_800_000_100)],
@@ -260,14 +251,14 @@ async def test_an_old_snapshot_refuses_each_kind_past_its_usable_until(tmp_path:
         assert snap.usable_until_by_kind[PayloadKind.ROUTER_KEY] is None
         assert snap.usable_until == 1_800_000_050
         assert snap.check(PayloadKind.ASPA).aspas
-        clock.now += 60  # the ASPA is past its time, the VRP is not
+        clock.move_wall(60)  # the ASPA is past its time, the VRP is not
         assert snap.check(PayloadKind.VRP).vrp_count == 1
         with pytest.raises(SnapshotExpiredError) as info:
             snap.check(PayloadKind.ASPA)
         assert info.value.kind is PayloadKind.ASPA
         with pytest.raises(SnapshotExpiredError):
-            snap.view().hop_check(64500, 64501, now=clock.now)
-        assert snap.view().validate_origin("192.0.2.0/24", 64496, now=clock.now).state.value
+            snap.view().hop_check(64500, 64501, now=clock.wall())
+        assert snap.view().validate_origin("192.0.2.0/24", 64496, now=clock.wall()).state.value
         await client.aclose()
 
 
@@ -340,10 +331,8 @@ async def test_no_event_once_the_close_began(
 async def test_the_time_floor_survives_commits_and_a_re_added_source(tmp_path: Path) -> None:
     """Contract L-50: neither a configuration commit nor removing a source and adding it back
     under its name undoes consumed life: X, expired in effective time, stays withdrawn."""
-    from tests.upstream.helpers import ManualClock
-
     w0 = 1_800_000_000
-    clock = ManualClock(float(w0))
+    clock = FakeClock(wall=float(w0))
     a, b = tmp_path / "a.json", tmp_path / "b.json"
     write_atomically(a, export(A, expires=w0 + 100))
     write_atomically(b, export(B))
@@ -359,8 +348,8 @@ async def test_the_time_floor_survives_commits_and_a_re_added_source(tmp_path: P
     async with Client(config(a, b), clock=clock) as client, anyio.create_task_group() as tg:
         await tg.start(client.run)
         await wait_for(lambda: has_a(client) is True)
-        clock.wall_now -= 3600  # set back ...
-        clock.mono_now += 200  # ... while 200 s pass: A's entry expired in effective time
+        clock.move_wall(-3600)  # set back ...
+        clock.move_monotonic(200)  # ... while 200 s pass: A's entry expired in effective time
         await wait_for(lambda: has_a(client) is False)
         await client.apply_config(config(b, revision=1))
         await client.apply_config(config(a, b, revision=2))  # "a" again, a new incarnation

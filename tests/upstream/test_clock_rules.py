@@ -12,7 +12,8 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
-from tests.upstream.helpers import ManualClock, export, touch, wait_for, write_atomically
+from tests.clock import FakeClock
+from tests.upstream.helpers import export, touch, wait_for, write_atomically
 from tests.upstream.scripted_source import ScriptedSource, payload
 from upstream.aggregate import Aggregator, Build
 from upstream.file_source import FileSource
@@ -27,7 +28,7 @@ Y = ("198.51.100.0/24", 24, 64497)
 
 @asynccontextmanager
 async def running(
-    source: Source, clock: ManualClock
+    source: Source, clock: FakeClock
 ) -> AsyncIterator[tuple[Aggregator, MemoryObjectReceiveStream[Snapshot]]]:
     send, receive = anyio.create_memory_object_stream[Snapshot](100)
 
@@ -69,13 +70,13 @@ def drained(stream: MemoryObjectReceiveStream[Snapshot]) -> list[Snapshot]:
 async def test_wall_clock_set_back_does_not_extend_life(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     write_atomically(path, export([X], expires=int(W0) + 10))
-    clock = ManualClock()
+    clock = FakeClock()
     source = FileSource(path, name="a", poll_interval=0.05, clock=clock)
     async with running(source, clock) as (aggregator, snapshots):
         await next_matching(snapshots, 1)
         # 11 s pass, but the wall clock is set back 100 s: the entry has still expired.
-        clock.mono_now += 11
-        clock.wall_now -= 89
+        clock.move_monotonic(11)
+        clock.move_wall(-89)
         aggregator.poke()
         await next_matching(snapshots, 0)
         assert aggregator.judged_now("a") == int(W0) + 11
@@ -86,14 +87,14 @@ async def test_forward_jump_is_acted_upon_by_itself_and_not_undone(tmp_path: Pat
     does not bring the withdrawn entry back (the effective time never moves back)."""
     path = tmp_path / "a.json"
     write_atomically(path, export([X], expires=int(W0) + 10))
-    clock = ManualClock()
+    clock = FakeClock()
     source = FileSource(path, name="a", poll_interval=0.05, clock=clock)
     async with running(source, clock) as (aggregator, snapshots):
         await next_matching(snapshots, 1)
-        clock.wall_now += 3600  # the wall clock jumps an hour ahead; the entry is past expiry
+        clock.move_wall(3600)  # the wall clock jumps an hour ahead; the entry is past expiry
         await next_matching(snapshots, 0, within=3)
-        clock.wall_now -= 3600  # and back
-        clock.mono_now += 1
+        clock.move_wall(-3600)  # and back
+        clock.move_monotonic(1)
         await anyio.sleep(1.5)  # more than a clock tick
         aggregator.poke()
         await anyio.sleep(0.2)
@@ -104,7 +105,7 @@ async def test_forward_jump_is_acted_upon_by_itself_and_not_undone(tmp_path: Pat
 async def test_expiry_runs_on_schedule_without_any_source_change(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     write_atomically(path, export([X], expires=int(W0) + 2))
-    clock = ManualClock()
+    clock = FakeClock()
     source = FileSource(path, name="a", poll_interval=0.05, clock=clock)
     async with running(source, clock) as (_, snapshots):
         await next_matching(snapshots, 1)
@@ -113,13 +114,13 @@ async def test_expiry_runs_on_schedule_without_any_source_change(tmp_path: Path)
 
 
 async def test_jump_distrusts_online_sources_until_new_raw_input() -> None:
-    clock = ManualClock()
+    clock = FakeClock()
     source = ScriptedSource("a", kind="http", online=True)
     async with running(source, clock) as (aggregator, snapshots):
         await wait_for(lambda: source.running)
         source.deliver(payload([X]))
         await next_matching(snapshots, 1)
-        clock.wall_now += 3600
+        clock.move_wall(3600)
         await next_matching(snapshots, 0, within=3)  # distrusted by the tick: data withdrawn
         assert aggregator.availability()["a"].value == "untrusted"
         assert source.resyncs == 1  # asked to resync at once
@@ -132,16 +133,16 @@ async def test_an_unchanged_answer_after_a_jump_restores_nothing() -> None:
     """An unchanged answer (the same raw input read again, like a 304 or an identical body)
     after a set-back clock neither restores trust nor re-anchors: an entry that expired in
     effective time never comes back (item 1)."""
-    clock = ManualClock()
+    clock = FakeClock()
     source = ScriptedSource("a", kind="http", online=True)
     async with running(source, clock) as (aggregator, snapshots):
         await wait_for(lambda: source.running)
         data = payload([X, Y], expires=int(W0) + 100)
         source.deliver(data)
         await next_matching(snapshots, 2)
-        clock.wall_now -= 3600  # set back: distrusted
+        clock.move_wall(-3600)  # set back: distrusted
         await next_matching(snapshots, 0, within=3)
-        clock.mono_now += 200  # X and Y are past their expiry in effective time
+        clock.move_monotonic(200)  # X and Y are past their expiry in effective time
         source.deliver(data)  # the same input again
         await anyio.sleep(1.5)
         aggregator.poke()
@@ -153,15 +154,15 @@ async def test_an_unchanged_answer_after_a_jump_restores_nothing() -> None:
 async def test_new_content_under_a_set_back_clock_revives_no_expired_entry() -> None:
     """New raw input restores trust, but an entry re-listed with an expiry that has passed in
     effective time (though not by the set-back wall clock) is not served (item 2)."""
-    clock = ManualClock()
+    clock = FakeClock()
     source = ScriptedSource("a", kind="http", online=True)
     async with running(source, clock) as (_, snapshots):
         await wait_for(lambda: source.running)
         source.deliver(payload([X], expires=int(W0) + 100))
         await next_matching(snapshots, 1)
-        clock.wall_now -= 3600
+        clock.move_wall(-3600)
         await next_matching(snapshots, 0, within=3)
-        clock.mono_now += 200
+        clock.move_monotonic(200)
         source.deliver(payload([X, Y], expires=int(W0) + 100))  # X again, and Y
         source.deliver(payload([Y]))  # new content: Y only has no expiry
         snap = await next_matching(snapshots, 1)
@@ -171,11 +172,11 @@ async def test_new_content_under_a_set_back_clock_revives_no_expired_entry() -> 
 async def test_file_sources_are_not_distrusted_by_a_jump(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     write_atomically(path, export([X]))
-    clock = ManualClock()
+    clock = FakeClock()
     source = FileSource(path, name="a", poll_interval=0.05, clock=clock)
     async with running(source, clock) as (aggregator, snapshots):
         await next_matching(snapshots, 1)
-        clock.wall_now -= 3600
+        clock.move_wall(-3600)
         touch(path)
         aggregator.poke()
         await anyio.sleep(1.5)
@@ -187,7 +188,7 @@ async def test_an_export_built_in_the_future_is_held_back(tmp_path: Path) -> Non
     """A build time beyond the wall clock plus the tolerance is not admitted (item 4) until
     the wall clock allows it; the data in force keeps serving meanwhile."""
     path = tmp_path / "a.json"
-    clock = ManualClock()
+    clock = FakeClock()
     write_atomically(path, export([X]))
     source = FileSource(path, name="a", poll_interval=0.05, clock=clock)
     source.keeper.tolerance = 60
@@ -208,14 +209,14 @@ async def test_an_export_built_in_the_future_is_held_back(tmp_path: Path) -> Non
 async def test_the_same_build_time_with_other_bytes_keeps_anchor_and_distrust() -> None:
     """Input with the build time of the data in force is the same raw input read again, even if
     its bytes differ: it keeps the anchor and does not restore trust (contract L-48)."""
-    clock = ManualClock()
+    clock = FakeClock()
     source = ScriptedSource("a", kind="http", online=True)
     async with running(source, clock) as (aggregator, snapshots):
         await wait_for(lambda: source.running)
         same = b"json:generated:1800000000"
         source.deliver(payload([X]), identity=same)
         await next_matching(snapshots, 1)
-        clock.wall_now -= 3600
+        clock.move_wall(-3600)
         await next_matching(snapshots, 0, within=3)
         source.deliver(payload([X, Y]), identity=same)  # other records, same build time
         await anyio.sleep(1.5)
@@ -230,7 +231,7 @@ async def test_an_unrecoverable_source_error_reaches_the_host_unchanged() -> Non
         async def run(self, sink: object) -> None:
             raise AssertionError("internal invariant broken")
 
-    clock = ManualClock()
+    clock = FakeClock()
     with pytest.raises(BaseExceptionGroup) as info:
         async with running(Broken("a"), clock):
             await anyio.sleep(5)

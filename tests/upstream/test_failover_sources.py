@@ -20,6 +20,7 @@ import pytest
 from rtr_server.app_config import AppConfig
 from rtr_server.settings import ListenAddress
 from snapshot.snapshot import Snapshot
+from tests.clock import FakeClock
 from tests.server.helpers import TIMERS, settings
 from tests.upstream.helpers import export, wait_for
 from tests.upstream.http_server import Reply, ScriptedServer
@@ -36,22 +37,6 @@ B = [("198.51.100.0/24", 24, 64497)]
 STARTUP = 0.5
 FAILBACK = 1.0
 SWITCH_TIMES: dict[str, float] = {}
-
-
-class PassingClock:
-    """Real time, plus whatever time the test lets pass at once (on both clocks)."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def wall(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
 
 
 def vrps(snapshot: Snapshot | None) -> set[tuple[str, int, int]]:
@@ -90,7 +75,7 @@ async def test_rtr_primary_http_backup_startup_failback_and_expiry(tmp_path: Pat
     core_json = tmp_path / "core.json"
     core_json.write_bytes(export(A))
     port = free_port()
-    clock = PassingClock()
+    clock = FakeClock(wall="real", monotonic="real")
     async with web_export(B) as web:
         config = ClientConfig(
             (

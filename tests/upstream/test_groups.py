@@ -8,7 +8,6 @@ refresh) without waiting out real intervals. The monotonic clock is moved by the
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ import pytest
 from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
+from tests.clock import FakeClock
 from tests.upstream.helpers import dumps, export, roa, slow_builds, wait_for, write_atomically
 from tests.upstream.scripted_source import ScriptedSource, payload
 from upstream.aggregate import Aggregator, Build, Group
@@ -36,24 +36,11 @@ A = [("192.0.2.0/24", 24, 64496)]
 B = [("198.51.100.0/24", 24, 64497)]
 
 
-class SteppedClock:
-    """Wall time fixed; monotonic time is real time plus whatever the test adds."""
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def wall(self) -> float:
-        return 1_700_000_000.0
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-
 @dataclass
 class Run:
     aggregator: Aggregator
     builds: MemoryObjectReceiveStream[Build]
-    clock: SteppedClock
+    clock: FakeClock
 
     async def until(self, predicate: Callable[[Snapshot], bool], within: float = 5.0) -> Snapshot:
         """The first snapshot for which ``predicate(snapshot)`` holds."""
@@ -64,14 +51,14 @@ class Run:
                     return build.snapshot
 
     def jump(self, seconds: float) -> None:
-        self.clock.offset += seconds
+        self.clock.move_monotonic(seconds)
         self.aggregator.poke()
 
 
 @asynccontextmanager
 async def running(groups: list[Group]) -> AsyncIterator[Run]:
     send, receive = anyio.create_memory_object_stream[Build](100)
-    clock = SteppedClock()
+    clock = FakeClock(wall=1_700_000_000.0, monotonic="real")
 
     async def on_snapshot(build: Build) -> None:
         await send.send(build)
@@ -329,7 +316,7 @@ async def test_a_configuration_commit_keeps_the_selection_state(tmp_path: Path) 
     backup nor holds publishing back (item 8)."""
     primary, backup = tmp_path / "a.json", tmp_path / "b.json"
     write_atomically(backup, export(B))
-    clock = SteppedClock()
+    clock = FakeClock(wall=1_700_000_000.0, monotonic="real")
     async with (
         Client(client_config(primary, backup, 0), clock=clock) as client,
         anyio.create_task_group() as tg,
@@ -339,7 +326,7 @@ async def test_a_configuration_commit_keeps_the_selection_state(tmp_path: Path) 
         write_atomically(primary, export(A))
         await wait_for(lambda: client.get_status().availability.get("a") == "ready")
         await anyio.sleep(0.3)  # a selection round has seen it healthy
-        clock.offset += 200  # the primary has been healthy for 200 of its 300 s
+        clock.move_monotonic(200)  # the primary has been healthy for 200 of its 300 s
         for revision in (1, 2):
             await client.apply_config(client_config(primary, backup, revision))
             await wait_for(functools.partial(built_under, client, revision))
@@ -348,7 +335,7 @@ async def test_a_configuration_commit_keeps_the_selection_state(tmp_path: Path) 
             assert current.active[PayloadKind.VRP] == "backup"
             assert has(current.snapshot, B)
         assert client.get_status().started_groups == ("backup", "primary")
-        clock.offset += 101  # the 300 s count from the first healthy moment, not the commit
+        clock.move_monotonic(101)  # the 300 s count from the first healthy moment, not the commit
         await wait_for(functools.partial(active_is, client, "primary"))
         await client.aclose()
 

@@ -16,7 +16,8 @@ import httpx
 import pytest
 
 import upstream.http_body
-from tests.upstream.helpers import FakeClock, export, wait_for
+from tests.clock import FakeClock
+from tests.upstream.helpers import export, wait_for
 from tests.upstream.http_server import Reply, ScriptedServer
 from upstream.decompress import decompress
 from upstream.format_error import FormatError
@@ -276,12 +277,12 @@ async def test_conditional_request_and_304_emit_nothing(server: ScriptedServer) 
         Reply(200, BODY1, {"ETag": etag, "Last-Modified": LAST_MODIFIED}),
         Reply(304, headers={"ETag": etag}),
     )
-    clock = FakeClock(1_000.0)
+    clock = FakeClock(wall=1_000.0, monotonic="real")
     source = source_for(server.url(), clock=clock)
     sink = Recorder()
     with anyio.fail_after(5):
         assert await source.check(sink)
-        clock.now = 2_000.0
+        clock.set_wall(2_000.0)
         assert not await source.check(sink)
         assert not await source.check(sink)
     first, second, third = server.requests
@@ -690,7 +691,7 @@ async def test_an_export_built_ahead_of_the_wall_clock_is_held_back_then_admitte
     etag = '"v1"'
     body = b'{"metadata": {"generated": 1800000400}, "roas": []}'
     server.script(Reply(200, body, {"ETag": etag}), Reply(304, headers={"ETag": etag}), Reply(304))
-    clock = FakeClock(1_800_000_000.0)
+    clock = FakeClock(wall=1_800_000_000.0, monotonic="real")
     source = source_for(server.url(), clock=clock)
     sink = Recorder()
     with anyio.fail_after(5):
@@ -699,7 +700,7 @@ async def test_an_export_built_ahead_of_the_wall_clock_is_held_back_then_admitte
         assert "beyond the clock tolerance of 300 s" in (source.status.last_error or "")
         assert not source.refreshing()
         assert not await source.check(sink)  # a 304, still ahead: held
-        clock.now += 101
+        clock.move_wall(101)
         assert await source.check(sink)  # a 304 now admits the body read before
     assert len(sink.deliveries) == 1
     assert source.status.state is SourceState.OK

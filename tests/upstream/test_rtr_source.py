@@ -27,6 +27,7 @@ from rtr_server.app_config import AppConfig
 from rtr_server.settings import ListenAddress
 from snapshot.publisher import SessionIds
 from snapshot.snapshot import Snapshot
+from tests.clock import FakeClock
 from tests.protocol.test_client import STAYRTR_V2
 from tests.server.helpers import (
     TIMERS,
@@ -43,7 +44,6 @@ from tests.server.helpers import (
 )
 from tests.upstream.rtr_source_helpers import (
     CacheConnection,
-    OffsetClock,
     ScriptedCache,
     quick,
     rtr_source_of,
@@ -199,7 +199,7 @@ async def test_core_loss_keeps_data_until_expire_then_withdraws(
 ) -> None:
     path = tmp_path / "core.json"
     write_export(path, base_export())
-    clock = OffsetClock()
+    clock = FakeClock(wall="real", monotonic="real")
     async with running_core(app_config(path)) as core, running_edge(core.port, clock=clock) as edge:
         source = rtr_source_of(edge)
         held = snapshot_of(edge)
@@ -529,7 +529,7 @@ async def test_a_reconnect_without_end_of_data_does_not_count_as_refreshing(
     the cache's Retry interval after the loss has passed it can no longer refresh."""
     path = tmp_path / "core.json"
     write_export(path, base_export())
-    clock = OffsetClock()
+    clock = FakeClock(wall="real", monotonic="real")
 
     async def silent(stream: anyio.abc.SocketStream) -> None:
         async with stream:
@@ -563,7 +563,7 @@ async def test_a_sync_is_stamped_in_the_shared_effective_time() -> None:
         await conn.send(reply(2, VRP_A))
         assert await conn.receive() is None
 
-    clock = OffsetClock()
+    clock = FakeClock(wall="real", monotonic="real")
     keeper = TimeKeeper(clock)
     ahead = time.time() + 5000
     keeper.observe(ahead)  # e.g. a recovered state written under a clock since set back

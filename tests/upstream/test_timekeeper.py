@@ -5,60 +5,49 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.clock import FakeClock
 from upstream.clock import FixedWallClock
 from upstream.timekeeper import Anchor, TimeKeeper
 
 
-class ManualClock:
-    def __init__(self, wall: float = 1_800_000_000.0, mono: float = 100.0) -> None:
-        self.wall_now = wall
-        self.mono_now = mono
-
-    def wall(self) -> float:
-        return self.wall_now
-
-    def monotonic(self) -> float:
-        return self.mono_now
-
-
 def test_set_back_wall_clock_is_carried_forward_on_the_monotonic_clock() -> None:
-    clock = ManualClock()
+    clock = FakeClock(monotonic=100.0)
     keeper = TimeKeeper(clock)
-    assert keeper.now() == clock.wall_now
-    clock.mono_now += 10
-    clock.wall_now -= 3600
+    assert keeper.now() == clock.wall()
+    clock.move_monotonic(10)
+    clock.move_wall(-3600)
     assert keeper.now() == 1_800_000_010.0
 
 
 def test_forward_jump_then_back_keeps_the_jumped_time() -> None:
-    clock = ManualClock()
+    clock = FakeClock(monotonic=100.0)
     keeper = TimeKeeper(clock)
-    clock.wall_now += 86_400
+    clock.move_wall(86_400)
     assert keeper.now() == 1_800_086_400.0
-    clock.wall_now -= 86_400
-    clock.mono_now += 5
+    clock.move_wall(-86_400)
+    clock.move_monotonic(5)
     assert keeper.now() == 1_800_086_405.0
 
 
 def test_observe_raises_the_floor_and_it_advances() -> None:
-    clock = ManualClock()
+    clock = FakeClock(monotonic=100.0)
     keeper = TimeKeeper(clock)
     keeper.observe(1_800_000_100.0)
     assert keeper.now() == 1_800_000_100.0
-    clock.mono_now += 3
+    clock.move_monotonic(3)
     assert keeper.now() == 1_800_000_103.0
     keeper.observe(1.0)  # lower: nothing changes
     assert keeper.now() == 1_800_000_103.0
 
 
 def test_anchor_drift_and_tolerance() -> None:
-    clock = ManualClock()
+    clock = FakeClock(monotonic=100.0)
     keeper = TimeKeeper(clock, tolerance=60)
     anchor = keeper.anchor()
-    clock.mono_now += 100
-    clock.wall_now += 100
+    clock.move_monotonic(100)
+    clock.move_wall(100)
     assert keeper.drift(anchor) == 0
-    clock.wall_now -= 61
+    clock.move_wall(-61)
     assert keeper.untrusted(anchor)
     assert Anchor(10.0, 5.0).extrapolated(7.0) == 12.0
 
@@ -72,13 +61,13 @@ def test_frozen_clock_is_fixed() -> None:
 
 @given(st.lists(st.tuples(st.floats(-1e6, 1e6), st.floats(0, 1e4)), max_size=40))
 def test_effective_time_never_moves_back(steps: list[tuple[float, float]]) -> None:
-    clock = ManualClock()
+    clock = FakeClock(monotonic=100.0)
     keeper = TimeKeeper(clock)
     last = keeper.now()
     for wall_step, mono_step in steps:
-        clock.wall_now += wall_step
-        clock.mono_now += mono_step
+        clock.move_wall(wall_step)
+        clock.move_monotonic(mono_step)
         now = keeper.now()
         assert now >= last
-        assert now >= clock.wall_now
+        assert now >= clock.wall()
         last = now
