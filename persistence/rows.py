@@ -5,16 +5,14 @@ Pure conversions between `PersistedState` parts and database rows; no connection
 
 from __future__ import annotations
 
-import struct
 from collections.abc import Iterator
 from typing import Any
 
 from persistence.state import SourceRecord
+from snapshot.packed import V4, V6
 
 #: Rows per insert or fetch batch.
 BATCH = 256
-V4 = struct.Struct(">4sBBI")
-V6 = struct.Struct(">16sBBI")
 Row = tuple[Any, ...]
 
 
@@ -34,8 +32,8 @@ def vrp_rows(sid: int, source: SourceRecord) -> Iterator[Row]:
     """The VRP rows of source ``sid``: IPv4 then IPv6, ``seq`` counting across both."""
     seq = 0
     for family, keys, expires, unpack in (
-        (4, source.v4, source.v4_expires, V4.iter_unpack),
-        (6, source.v6, source.v6_expires, V6.iter_unpack),
+        (4, source.v4, source.v4_expires, V4.fields.iter_unpack),
+        (6, source.v6, source.v6_expires, V6.fields.iter_unpack),
     ):
         for (net, max_len, plen, asn), exp in zip(unpack(keys), expires, strict=True):
             yield (sid, family, seq, net, plen, max_len, asn, exp)

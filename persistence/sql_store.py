@@ -35,8 +35,6 @@ from persistence.meta_rows import (
 )
 from persistence.rows import (
     BATCH,
-    V4,
-    V6,
     Row,
     as_blob,
     as_int,
@@ -62,6 +60,7 @@ from persistence.state import (
 )
 from persistence.structure import StructureChecks
 from snapshot.model import Aspa, PayloadError, RouterKey
+from snapshot.packed import V4, V6
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -247,7 +246,7 @@ class SqlStore(StructureChecks):
         v6: dict[int, list[bytes]] = {i: [] for i in ids}
         v4_exp: dict[int, array[int]] = {i: array("q") for i in ids}
         v6_exp: dict[int, array[int]] = {i: array("q") for i in ids}
-        pack4, pack6 = V4.pack, V6.pack
+        pack4, pack6 = V4.fields.pack, V6.fields.pack
         columns = "source_id, family, network, max_length, prefix_length, asn, expires_at"
         sql = f"SELECT {columns} FROM vrps {self.vrp_order}"  # noqa: S608 - fixed text
         for sid, family, net, max_len, plen, asn, expires in self._fetch(sql):

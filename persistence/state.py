@@ -1,7 +1,7 @@
 """The persisted state (header fields, sources, payloads) and its canonical SHA-256 digests.
 
 Pure data, no I/O. Times are signed integer microseconds since the Unix epoch (UTC); an entry
-that never expires carries `NEVER`. VRPs stay in the packed form of `snapshot.model` (one
+that never expires carries `NEVER`. VRPs stay in the packed form of `snapshot.packed` (one
 ``bytes`` per family, sorted descending) with one expiry per key, so a state of the full global
 table costs a few megabytes and hashes in milliseconds.
 """
@@ -14,7 +14,8 @@ from array import array
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey
+from snapshot.model import Aspa, RouterKey
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 
 SCHEMA_VERSION = 2
 NEVER = (1 << 63) - 1

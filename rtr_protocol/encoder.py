@@ -8,9 +8,9 @@ prefix length, ASN all descending, withdrawals all ascending (§11.2.1); router 
 length, SPKI, ASN (§11.2.2); ASPA by customer (§11.2.3). Payload is filtered by version: Router
 Keys only from v1, ASPA only in v2 (digest pitfall P5).
 
-The packed VRP keys of `snapshot` are already in that order, so the prefix blocks are built
+The packed VRP keys of `snapshot.packed` are already in that order, so the prefix blocks are built
 without a per-record Python loop: one ``bytearray(template * n)`` per block, whose variable
-columns are filled by extended-slice assignment from the packed keys.
+columns are filled by extended-slice assignment from the key columns.
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from rtr_protocol.pdu import (
     SerialNotify,
     encode,
 )
+from snapshot.packed import V4, V6, KeyLayout
 
 if TYPE_CHECKING:
     from collections.abc import Iterable
@@ -86,36 +87,35 @@ def encode_error_report(
 # ------------------------------------------------------------------------- payload blocks
 
 
-def _prefix_block(keys: bytes, version: int, flags: int, address_size: int) -> bytes:
-    """IPv4 (4-octet address) or IPv6 (16) Prefix PDUs for packed keys, in the keys' order.
+def _prefix_block(keys: bytes, version: int, flags: int, layout: KeyLayout) -> bytes:
+    """IPv4 or IPv6 Prefix PDUs for packed keys of ``layout``, in the keys' order.
 
-    Key: address, max length, prefix length, ASN. PDU: 8-octet header, flags, prefix length,
-    max length, zero, address, ASN. No per-record loop: each PDU column is filled from the
-    matching key column with one extended-slice copy.
+    PDU: 8-octet header, flags, prefix length, max length, zero, address, ASN. No per-record
+    loop: each PDU column is filled from the matching key column with one extended-slice copy.
     """
-    key_size = address_size + 6
+    key_size, address_size = layout.size, layout.address_size
     pdu_size = address_size + 16
     n = len(keys) // key_size
     if not n:
         return b""
-    pdu_type = PduType.IPV4_PREFIX if address_size == 4 else PduType.IPV6_PREFIX
+    pdu_type = PduType.IPV4_PREFIX if layout.version == 4 else PduType.IPV6_PREFIX
     template = struct.pack(">BBHIBBBB", version, pdu_type, 0, pdu_size, flags, 0, 0, 0)
     out = bytearray(template + bytes(pdu_size - len(template))) * n
-    out[9::pdu_size] = keys[address_size + 1 :: key_size]
-    out[10::pdu_size] = keys[address_size::key_size]
+    out[9::pdu_size] = keys[layout.prefix_length_offset :: key_size]
+    out[10::pdu_size] = keys[layout.max_length_offset :: key_size]
     for i in range(address_size):
         out[12 + i :: pdu_size] = keys[i::key_size]
     for i in range(4):
-        out[12 + address_size + i :: pdu_size] = keys[address_size + 2 + i :: key_size]
+        out[12 + address_size + i :: pdu_size] = keys[layout.asn_offset + i :: key_size]
     return bytes(out)
 
 
 def _v4_block(keys: bytes, version: int, flags: int) -> bytes:
-    return _prefix_block(keys, version, flags, 4)
+    return _prefix_block(keys, version, flags, V4)
 
 
 def _v6_block(keys: bytes, version: int, flags: int) -> bytes:
-    return _prefix_block(keys, version, flags, 16)
+    return _prefix_block(keys, version, flags, V6)
 
 
 def _router_key_block(keys: Iterable[RouterKey], version: int, flags: int) -> bytes:

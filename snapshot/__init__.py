@@ -1,8 +1,8 @@
 """Pure data model of rtr-serve: payload values, snapshots, deltas, serials, publishing.
 
-Standard library only, no I/O and no clock reads. Start with `snapshot.model` (values and the
-packed key layout), then `snapshot.snapshot`, `snapshot.delta`, `snapshot.difflog` and
-`snapshot.publisher`.
+Standard library only, no I/O and no clock reads. Start with `snapshot.model` (values),
+`snapshot.packed` (the packed key layout), then `snapshot.snapshot`, `snapshot.delta`,
+`snapshot.difflog` and `snapshot.publisher`.
 """
 
 from snapshot.delta import EMPTY_DELTA, AspaChange, Delta, apply, compose, compute_delta

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey
-from snapshot.snapshot import Snapshot, join_sorted, split_keys
+from snapshot.model import Aspa, RouterKey
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, difference, join_sorted, split_keys
+from snapshot.snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,57 +87,14 @@ class Delta:
 EMPTY_DELTA = Delta()
 
 
-#: Keys compared at once when walking two sorted packed strings.
-_BLOCK = 256
-
-
-def _set_diff(old: bytes, new: bytes, width: int) -> tuple[bytes, bytes]:
-    """(announce, withdraw) between two descending packed key strings.
-
-    Tables change little between serials, so walk both strings comparing whole blocks of keys
-    (a C-level memcmp) and step key by key only where a block differs.
-    """
-    if old == new:
-        return b"", b""
-    added: list[bytes] = []
-    removed: list[bytes] = []
-    i = j = 0
-    n, m = len(old), len(new)
-    block = _BLOCK * width
-    while i < n and j < m:
-        if old[i : i + block] == new[j : j + block]:
-            i += block
-            j += block
-            continue
-        for _ in range(_BLOCK):
-            if i >= n or j >= m:
-                break
-            a = old[i : i + width]
-            b = new[j : j + width]
-            if a == b:
-                i += width
-                j += width
-            elif a > b:
-                # Descending order: ``a`` would have come before ``b`` in ``new``.
-                removed.append(a)
-                i += width
-            else:
-                added.append(b)
-                j += width
-    removed.extend(split_keys(old[i:], width))
-    added.extend(split_keys(new[j:], width))
-    removed.reverse()
-    return b"".join(added), b"".join(removed)
-
-
 def _router_key_tuple(keys: set[RouterKey]) -> tuple[RouterKey, ...]:
     return tuple(sorted(keys, key=RouterKey.sort_key))
 
 
 def compute_delta(old: Snapshot, new: Snapshot) -> Delta:
     """The net delta that turns ``old`` into ``new``."""
-    v4_announce, v4_withdraw = _set_diff(old.v4, new.v4, V4_KEY_SIZE)
-    v6_announce, v6_withdraw = _set_diff(old.v6, new.v6, V6_KEY_SIZE)
+    v4_announce, v4_withdraw = difference(old.v4, new.v4, V4_KEY_SIZE)
+    v6_announce, v6_withdraw = difference(old.v6, new.v6, V6_KEY_SIZE)
     old_keys, new_keys = set(old.router_keys), set(new.router_keys)
     old_aspa = {a.customer: a.providers for a in old.aspas}
     new_aspa = {a.customer: a.providers for a in new.aspas}

@@ -5,13 +5,8 @@ that makes a record invalid lives here: host bits set, max length outside [prefi
 ASN outside 0..2^32-1, ASPA customer 0, SKI not 20 octets, empty SPKI. ASPA provider sets are
 normalised (sorted, unique, AS0 dropped when any other provider exists).
 
-Packed keys are what `Snapshot` stores. Their byte order *is* the 8210bis §11.2 wire order:
-
-* IPv4 key, 10 octets: address(4) max_length(1) prefix_length(1) asn(4)
-* IPv6 key, 22 octets: address(16) max_length(1) prefix_length(1) asn(4)
-
-so sorting keys descending gives the announcement order (address, max length, prefix length, ASN
-all descending) and ascending gives the withdrawal order.
+Packed keys are what `Snapshot` stores; `pack_v4`/`pack_v6` validate and pack, `Vrp.from_key`
+unpacks. Their layout (and its sort order, the 8210bis §11.2 wire order) is `snapshot.packed`.
 """
 
 from __future__ import annotations
@@ -19,10 +14,28 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass, field
 
+from snapshot.packed import V4, V4_KEY_SIZE, V6, V6_KEY_SIZE
+
+__all__ = [
+    "ASN_MAX",
+    "MAX_ASPA_PROVIDERS",
+    "MAX_SPKI_LENGTH",
+    "SKI_LENGTH",
+    "V4_KEY_SIZE",  # snapshot.packed's, re-exported for the modules that take it from here
+    "V6_KEY_SIZE",  # likewise
+    "Aspa",
+    "IPNetwork",
+    "PayloadError",
+    "RouterKey",
+    "Vrp",
+    "check_asn",
+    "normalise_providers",
+    "pack_v4",
+    "pack_v6",
+]
+
 ASN_MAX = 0xFFFF_FFFF
 SKI_LENGTH = 20
-V4_KEY_SIZE = 10
-V6_KEY_SIZE = 22
 #: A v2 PDU is at most 65,535 octets; an ASPA PDU is 12 + 4·N octets.
 MAX_ASPA_PROVIDERS = 16_380
 #: A Router Key PDU is 32 octets plus the SPKI; keep it under the 65,535-octet v2 cap.
@@ -59,7 +72,7 @@ def pack_v4(address: int, prefix_length: int, max_length: int, asn: int) -> byte
     if address & ((1 << (32 - prefix_length)) - 1):
         raise PayloadError("prefix", _v4_text(address, prefix_length), "host bits are set")
     check_asn(asn)
-    return address.to_bytes(4, "big") + bytes((max_length, prefix_length)) + asn.to_bytes(4, "big")
+    return V4.numbers.pack(address, max_length, prefix_length, asn)
 
 
 def pack_v6(address: int, prefix_length: int, max_length: int, asn: int) -> bytes:
@@ -73,7 +86,7 @@ def pack_v6(address: int, prefix_length: int, max_length: int, asn: int) -> byte
     if address & ((1 << (128 - prefix_length)) - 1):
         raise PayloadError("prefix", _v6_text(address, prefix_length), "host bits are set")
     check_asn(asn)
-    return address.to_bytes(16, "big") + bytes((max_length, prefix_length)) + asn.to_bytes(4, "big")
+    return V6.fields.pack(address.to_bytes(16, "big"), max_length, prefix_length, asn)
 
 
 def _v4_text(address: int, prefix_length: int) -> str:
@@ -130,11 +143,13 @@ class Vrp:
     @classmethod
     def _from_key(cls, key: bytes) -> Vrp:
         if len(key) == V4_KEY_SIZE:
-            net: IPNetwork = ipaddress.IPv4Network((int.from_bytes(key[0:4], "big"), key[5]))
-            return cls(net, key[4], int.from_bytes(key[6:10], "big"))
+            address, max_length, length, asn = V4.numbers.unpack(key)
+            net: IPNetwork = ipaddress.IPv4Network((address, length))
+            return cls(net, max_length, asn)
         if len(key) == V6_KEY_SIZE:
-            net = ipaddress.IPv6Network((int.from_bytes(key[0:16], "big"), key[17]))
-            return cls(net, key[16], int.from_bytes(key[18:22], "big"))
+            raw, max_length, length, asn = V6.fields.unpack(key)
+            net = ipaddress.IPv6Network((int.from_bytes(raw, "big"), length))
+            return cls(net, max_length, asn)
         raise PayloadError("key", key, "packed VRP key must be 10 or 22 octets")
 
     def __str__(self) -> str:

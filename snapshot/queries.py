@@ -38,17 +38,16 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import math
-import struct
 import weakref
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Final
 
 from snapshot.kinds import PayloadKind
 from snapshot.model import IPNetwork, Vrp, check_asn
+from snapshot.packed import V4, V6
 from snapshot.snapshot import Snapshot
 
 __all__ = [
@@ -139,10 +138,6 @@ class _OriginIndex:
     v6: _FamilyIndex
 
 
-# Packed key layouts (snapshot.model): address, max_length, prefix_length, asn; big-endian.
-_V4_LAYOUT: Final = struct.Struct(">IBBI")
-_V6_LAYOUT: Final = struct.Struct(">QQBBI")
-
 # Equal snapshots share one index; it is dropped with the snapshot it was built for.
 _ORIGIN_INDEXES: weakref.WeakKeyDictionary[Snapshot, _OriginIndex] = weakref.WeakKeyDictionary()
 
@@ -160,10 +155,10 @@ def _add(table: _Table, key: int, value: int) -> None:
 def _build_family(packed: bytes, bits: int) -> _FamilyIndex:
     table: _Table = {}
     if bits == 32:
-        for address, max_length, length, asn in _V4_LAYOUT.iter_unpack(packed):
+        for address, max_length, length, asn in V4.numbers.iter_unpack(packed):
             _add(table, address << 8 | length, max_length << 32 | asn)
     else:
-        for high, low, max_length, length, asn in _V6_LAYOUT.iter_unpack(packed):
+        for high, low, max_length, length, asn in V6.numbers.iter_unpack(packed):
             _add(table, (high << 64 | low) << 8 | length, max_length << 32 | asn)
     lengths = tuple(sorted({key & 0xFF for key in table}))
     return _FamilyIndex(bits, lengths, table)

@@ -1,6 +1,6 @@
 """Immutable payload sets (`Snapshot`) and the builder every source uses to make one.
 
-A Snapshot holds the VRPs as two packed byte strings of fixed-width keys (see `snapshot.model`),
+A Snapshot holds the VRPs as two packed byte strings of fixed-width keys (`snapshot.packed`),
 sorted descending, i.e. in 8210bis announcement order, without duplicates: ~10 MB for a
 723k-VRP table instead of hundreds of MB of objects, and an encoder can turn it into PDUs with a
 few strided copies. Router keys and ASPAs are few; they stay tuples of value objects, sorted in
@@ -13,17 +13,16 @@ import hashlib
 from collections.abc import Iterable, Iterator
 from typing import Final
 
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey, Vrp, pack_v4, pack_v6
+from snapshot.model import Aspa, RouterKey, Vrp, pack_v4, pack_v6
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, join_sorted, split_keys
 
-
-def split_keys(packed: bytes, width: int) -> list[bytes]:
-    """Cut a packed key string into its keys."""
-    return [packed[i : i + width] for i in range(0, len(packed), width)]
-
-
-def join_sorted(keys: Iterable[bytes], *, descending: bool) -> bytes:
-    """Sort unique keys and pack them into one byte string."""
-    return b"".join(sorted(keys, reverse=descending))
+__all__ = [
+    "EMPTY",
+    "Snapshot",
+    "SnapshotBuilder",
+    "join_sorted",  # snapshot.packed's, re-exported for the modules that take it from here
+    "split_keys",  # likewise
+]
 
 
 class Snapshot:

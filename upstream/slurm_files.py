@@ -19,7 +19,8 @@ from pathlib import Path
 
 import anyio
 
-from snapshot.slurm import EMPTY_POLICY, SlurmError, SlurmPolicy, combine, parse_slurm
+from snapshot.slurm import EMPTY_POLICY, SlurmError, SlurmPolicy, parse_slurm
+from snapshot.slurm_combine import combine
 
 log = logging.getLogger(__name__)
 

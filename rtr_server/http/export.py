@@ -22,7 +22,6 @@ from __future__ import annotations
 import base64
 import json
 import socket
-import struct
 import time
 import zlib
 from dataclasses import dataclass
@@ -31,11 +30,10 @@ from datetime import UTC, datetime
 import anyio
 
 from rtr_server import __version__
+from snapshot.packed import V4, V6
 from snapshot.publisher import PublishedState
 from snapshot.snapshot import Snapshot
 
-_V4 = struct.Struct(">4sBBI")
-_V6 = struct.Struct(">16sBBI")
 #: gzip level for the compressed representation (6: ~0.5 s and ~7 % of the size for 723k VRPs).
 GZIP_LEVEL = 6
 
@@ -51,8 +49,8 @@ def _roa_lines(snapshot: Snapshot) -> list[str]:
     lines: list[str] = []
     add = lines.append
     # The packed keys are sorted descending; walk each family backwards for ascending output.
-    for family, layout, packed in ((af6, _V6, snapshot.v6), (af4, _V4, snapshot.v4)):
-        for address, max_length, length, asn in layout.iter_unpack(packed):
+    for family, layout, packed in ((af6, V6, snapshot.v6), (af4, V4, snapshot.v4)):
+        for address, max_length, length, asn in layout.fields.iter_unpack(packed):
             prefix = f"{ntop(family, address)}/{length}"
             add(f'\t\t{{ "asn": {asn}, "prefix": "{prefix}", "maxLength": {max_length} }}')
     lines.reverse()

@@ -17,8 +17,9 @@ from typing import TypeVar
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey, Vrp
-from snapshot.snapshot import Snapshot, split_keys
+from snapshot.model import Aspa, RouterKey, Vrp
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, split_keys
+from snapshot.snapshot import Snapshot
 
 #: Shared settings: property tests must stay fast and never trip on timing.
 SETTINGS = settings(max_examples=200, deadline=None)

@@ -14,7 +14,8 @@ from snapshot.delta import (
     compose,
     compute_delta,
 )
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey, Vrp
+from snapshot.model import Aspa, RouterKey, Vrp
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from snapshot.snapshot import EMPTY, Snapshot
 from tests.snapshot.strategies import (
     FEW,

@@ -1,4 +1,5 @@
-"""The block-wise walk in `compute_delta` equals a plain set difference for every block size."""
+"""The block-wise walk of `compute_delta` (`snapshot.packed.difference`) equals a plain set
+difference for every block size."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snapshot import delta as delta_module
+from snapshot import packed as packed_module
 from snapshot.delta import compute_delta
-from snapshot.snapshot import Snapshot, join_sorted, split_keys
+from snapshot.packed import difference, join_sorted, split_keys
+from snapshot.snapshot import Snapshot
 from tests.snapshot.strategies import FEW, snapshots
 
 # Three-octet keys from a tiny alphabet: long equal runs, inserts and removals at any offset.
@@ -21,14 +23,14 @@ keys = st.binary(min_size=3, max_size=3).map(lambda b: bytes(x % 3 for x in b))
 def test_walk_equals_set_difference(
     block: int, old: frozenset[bytes], new: frozenset[bytes]
 ) -> None:
-    saved = delta_module._BLOCK
-    delta_module._BLOCK = block
+    saved = packed_module._BLOCK
+    packed_module._BLOCK = block
     try:
-        announce, withdraw = delta_module._set_diff(
+        announce, withdraw = difference(
             join_sorted(old, descending=True), join_sorted(new, descending=True), 3
         )
     finally:
-        delta_module._BLOCK = saved
+        packed_module._BLOCK = saved
     assert split_keys(announce, 3) == sorted(new - old, reverse=True)
     assert split_keys(withdraw, 3) == sorted(old - new)
 
@@ -38,9 +40,9 @@ def test_walk_equals_set_difference(
 @given(a=snapshots(), b=snapshots())
 def test_small_blocks_give_the_same_delta(block: int, a: Snapshot, b: Snapshot) -> None:
     expected = compute_delta(a, b)
-    saved = delta_module._BLOCK
-    delta_module._BLOCK = block
+    saved = packed_module._BLOCK
+    packed_module._BLOCK = block
     try:
         assert compute_delta(a, b) == expected
     finally:
-        delta_module._BLOCK = saved
+        packed_module._BLOCK = saved

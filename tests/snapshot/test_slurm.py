@@ -19,11 +19,11 @@ from snapshot.slurm import (
     PrefixFilter,
     SlurmError,
     SlurmPolicy,
-    combine,
     covers,
     decode_base64,
     parse_slurm,
 )
+from snapshot.slurm_combine import combine
 from tests.slurm_docs import slurm_document
 
 SKI = bytes(range(1, 21))

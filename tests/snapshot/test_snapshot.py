@@ -12,8 +12,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey, Vrp
-from snapshot.snapshot import EMPTY, Snapshot, SnapshotBuilder, join_sorted, split_keys
+from snapshot.model import Aspa, RouterKey, Vrp
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, join_sorted, split_keys
+from snapshot.snapshot import EMPTY, Snapshot, SnapshotBuilder
 from tests.snapshot.strategies import (
     FEW,
     SETTINGS,
