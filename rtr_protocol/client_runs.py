@@ -15,6 +15,7 @@ import struct
 
 from rtr_protocol.client_staging import KeyStaging
 from rtr_protocol.constants import VERSIONS
+from snapshot.packed import V4, V6, split_keys
 
 __all__ = [
     "V4_PDU_SIZE",
@@ -32,10 +33,10 @@ V4_PDU_SIZE, V6_PDU_SIZE = 20, 32
 #: Runs of IPv4 / IPv6 Prefix PDUs of one version (octets 2-3 are "zero": ignored, bis §5).
 V4_RUN = {v: re.compile(rb"(?:%c\x04..\x00\x00\x00\x14.{12})+" % v, re.DOTALL) for v in VERSIONS}
 V6_RUN = {v: re.compile(rb"(?:%c\x06..\x00\x00\x00\x20.{24})+" % v, re.DOTALL) for v in VERSIONS}
-#: Columns of a prefix PDU (bis §5.9, §5.10): flags, prefix length, max length, address; and
-#: for IPv6 (address as bytes) the ASN octets.
-_V4_FIELDS = struct.Struct(">8xBBBxI4x")
-_V6_FIELDS = struct.Struct(">8xBBBx16s4s")
+#: Columns of a prefix PDU (bis §5.9, §5.10): flags, prefix length, max length, address (IPv4
+#: as a number, IPv6 as bytes), ASN: what the packed key (`snapshot.packed`) is made of.
+_V4_FIELDS = struct.Struct(">8xBBBxII")
+_V6_FIELDS = struct.Struct(">8xBBBx16sI")
 
 #: Bit 0 (announce) of every octet value.
 _BIT0 = bytes(octet & 1 for octet in range(256))
@@ -63,14 +64,14 @@ def v4_announcements(run: bytes) -> list[bytes] | None:
         address[j::4] = run[12 + j :: 20]
     if any(map(operator.and_, struct.unpack(f">{n}I", address), map(_V4_HOST.__getitem__, plens))):
         return None
-    packed = bytearray(10 * n)  # address(4) max_length(1) prefix_length(1) asn(4): model.py
+    width = V4.size  # the packed key: snapshot.packed
+    packed = bytearray(width * n)
     for j in range(4):
-        packed[j::10] = address[j::4]
-        packed[6 + j :: 10] = run[16 + j :: 20]
-    packed[4::10] = mlens
-    packed[5::10] = plens
-    blob = bytes(packed)
-    return [blob[i : i + 10] for i in range(0, 10 * n, 10)]
+        packed[j::width] = address[j::4]
+        packed[V4.asn_offset + j :: width] = run[16 + j :: 20]
+    packed[V4.max_length_offset :: width] = mlens
+    packed[V4.prefix_length_offset :: width] = plens
+    return split_keys(bytes(packed), width)
 
 
 def v6_announcements(run: bytes) -> list[bytes] | None:
@@ -89,15 +90,15 @@ def v6_announcements(run: bytes) -> list[bytes] | None:
         map(operator.and_, halves[1::2], map(_V6_LOW.__getitem__, plens))
     ):
         return None
-    packed = bytearray(22 * n)  # address(16) max_length(1) prefix_length(1) asn(4): model.py
+    width = V6.size  # the packed key: snapshot.packed
+    packed = bytearray(width * n)
     for j in range(16):
-        packed[j::22] = address[j::16]
-    packed[16::22] = mlens
-    packed[17::22] = plens
+        packed[j::width] = address[j::16]
+    packed[V6.max_length_offset :: width] = mlens
+    packed[V6.prefix_length_offset :: width] = plens
     for j in range(4):
-        packed[18 + j :: 22] = run[28 + j :: 32]
-    blob = bytes(packed)
-    return [blob[i : i + 22] for i in range(0, 22 * n, 22)]
+        packed[V6.asn_offset + j :: width] = run[28 + j :: 32]
+    return split_keys(bytes(packed), width)
 
 
 def stage_run(keys: KeyStaging[bytes], run: bytes, *, v6: bool) -> tuple[int, bool | None]:
@@ -118,6 +119,7 @@ def stage_run(keys: KeyStaging[bytes], run: bytes, *, v6: bool) -> tuple[int, bo
     announce, withdraw = keys.announce, keys.withdraw
     offset = 0
     if v6:
+        v6_key = V6.fields.pack
         for flags, plen, mlen, address, asn in _V6_FIELDS.iter_unpack(run):
             if (
                 plen > 128
@@ -127,14 +129,14 @@ def stage_run(keys: KeyStaging[bytes], run: bytes, *, v6: bool) -> tuple[int, bo
             ):
                 break
             offset += 32
-            if not (announce if flags & 1 else withdraw)(address + bytes((mlen, plen)) + asn):
+            if not (announce if flags & 1 else withdraw)(v6_key(address, mlen, plen, asn)):
                 return offset, bool(flags & 1)
         return offset, None
-    for flags, plen, mlen, address in _V4_FIELDS.iter_unpack(run):
+    v4_key = V4.numbers.pack
+    for flags, plen, mlen, address, asn in _V4_FIELDS.iter_unpack(run):
         if plen > 32 or mlen > 32 or mlen < plen or address & ((1 << (32 - plen)) - 1):
             break
-        key = run[offset + 12 : offset + 16] + bytes((mlen, plen)) + run[offset + 16 : offset + 20]
         offset += 20
-        if not (announce if flags & 1 else withdraw)(key):
+        if not (announce if flags & 1 else withdraw)(v4_key(address, mlen, plen, asn)):
             return offset, bool(flags & 1)
     return offset, None

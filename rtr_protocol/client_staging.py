@@ -2,7 +2,8 @@
 
 Payload is staged and applied only at End of Data; duplicates and unknown withdrawals are
 judged against current + staged data. VRPs are also held as one descending packed string per
-family (the `Snapshot` form): a small delta is spliced into it, a large one re-sorted.
+family (the `Snapshot` form, `snapshot.packed`): a small delta is spliced into it, a large one
+re-sorted.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ import itertools
 from typing import Generic, TypeVar
 
 from rtr_protocol.constants import PDU_TYPES_BY_VERSION, PduType
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey
+from snapshot.model import Aspa, RouterKey
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, splice, split_keys
 from snapshot.snapshot import Snapshot
 
 __all__ = [
@@ -20,8 +22,6 @@ __all__ = [
     "KeyStaging",
     "PackedKeyStaging",
     "Staging",
-    "find_descending",
-    "splice_descending",
 ]
 
 _K = TypeVar("_K", bytes, RouterKey)
@@ -129,10 +129,10 @@ class PackedKeyStaging(KeyStaging[bytes]):
         elif self.added or self.removed:
             changes = len(self.added) + len(self.removed)
             if changes * SPLICE_RATIO < len(self.current):
-                self.packed = splice_descending(self.packed, self.width, self.removed, self.added)
+                self.packed = splice(self.packed, self.width, self.removed, self.added)
             else:
-                packed, width, removed = self.packed, self.width, self.removed
-                keys = [packed[i : i + width] for i in range(0, len(packed), width)]
+                removed = self.removed
+                keys = split_keys(self.packed, self.width)
                 if removed:
                     keys = [k for k in keys if k not in removed]
                 keys.extend(self.added)
@@ -147,42 +147,8 @@ class PackedKeyStaging(KeyStaging[bytes]):
 
 
 #: A delta smaller than 1/64 of the held keys is spliced into the packed string (binary
-#: searches); a larger one rebuilds it by sorting.
+#: searches, `snapshot.packed.splice`); a larger one rebuilds it by sorting.
 SPLICE_RATIO = 64
-
-
-def find_descending(packed: bytes, width: int, key: bytes) -> int:
-    """The index of the first record of descending ``packed`` that is <= ``key``."""
-    lo, hi = 0, len(packed) // width
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if packed[mid * width : (mid + 1) * width] > key:
-            lo = mid + 1
-        else:
-            hi = mid
-    return lo
-
-
-def splice_descending(
-    packed: bytes, width: int, removed: set[bytes], added: dict[bytes, None]
-) -> bytes:
-    """``packed`` without the ``removed`` records and with the ``added`` ones, still descending."""
-    cuts = sorted(find_descending(packed, width, key) for key in removed)
-    inserts = sorted(added, reverse=True)
-    at = [find_descending(packed, width, key) for key in inserts]  # non-decreasing
-    pieces: list[bytes] = []
-    previous = i = j = 0
-    while i < len(inserts) or j < len(cuts):
-        if i < len(inserts) and (j == len(cuts) or at[i] <= cuts[j]):
-            pieces += (packed[previous * width : at[i] * width], inserts[i])
-            previous = at[i]
-            i += 1
-        else:
-            pieces.append(packed[previous * width : cuts[j] * width])
-            previous = cuts[j] + 1
-            j += 1
-    pieces.append(packed[previous * width :])
-    return b"".join(pieces)
 
 
 class AspaStaging:

@@ -17,7 +17,6 @@ import anyio
 
 from rtr_protocol import Timers, encode_delta_response, encode_full_response
 from rtr_protocol.actions import SendDelta, SendFull
-from snapshot.model import V4_KEY_SIZE
 
 #: Responses with more records than this are encoded in a worker thread.
 THREAD_THRESHOLD = 20_000
@@ -70,9 +69,7 @@ class ResponseCache:
                 action.version,
             )
             delta = action.delta
-            size = (
-                len(delta.v4_announce) + len(delta.v4_withdraw) + len(delta.v6_announce)
-            ) // V4_KEY_SIZE + len(delta.aspa)
+            size = sum(delta.counts().values())  # records of every kind, both ways
 
             def encode() -> Chunks:
                 return tuple(

@@ -21,8 +21,6 @@ __all__ = [
     "MAX_ASPA_PROVIDERS",
     "MAX_SPKI_LENGTH",
     "SKI_LENGTH",
-    "V4_KEY_SIZE",  # snapshot.packed's, re-exported for the modules that take it from here
-    "V6_KEY_SIZE",  # likewise
     "Aspa",
     "IPNetwork",
     "PayloadError",

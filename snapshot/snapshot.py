@@ -20,8 +20,6 @@ __all__ = [
     "EMPTY",
     "Snapshot",
     "SnapshotBuilder",
-    "join_sorted",  # snapshot.packed's, re-exported for the modules that take it from here
-    "split_keys",  # likewise
 ]
 
 

@@ -28,8 +28,6 @@ from typing import Any, Final
 
 from snapshot.model import (
     SKI_LENGTH,
-    V4_KEY_SIZE,
-    V6_KEY_SIZE,
     Aspa,
     PayloadError,
     RouterKey,
@@ -37,6 +35,7 @@ from snapshot.model import (
     pack_v4,
     pack_v6,
 )
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from upstream.format_error import FormatError
 from upstream.payload import NO_EXPIRY, SourcePayload
 

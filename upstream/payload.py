@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from snapshot.kinds import PayloadKind
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey
-from snapshot.snapshot import Snapshot, split_keys
+from snapshot.model import Aspa, RouterKey
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, split_keys
+from snapshot.snapshot import Snapshot
 
 __all__ = ["NO_EXPIRY", "SourcePayload"]
 

@@ -42,9 +42,9 @@ from rtr_protocol import (
     encode_full_response,
     is_legacy_aspa,
 )
-from rtr_protocol.client_staging import splice_descending as _splice
 from snapshot import Aspa, RouterKey, Serial, Snapshot, Vrp, compute_delta
 from snapshot.model import pack_v4, pack_v6
+from snapshot.packed import splice as _splice
 
 SID = 0x1234
 OTHER_SID = 0x4321

@@ -11,8 +11,6 @@ from hypothesis import strategies as st
 from snapshot.model import (
     MAX_ASPA_PROVIDERS,
     MAX_SPKI_LENGTH,
-    V4_KEY_SIZE,
-    V6_KEY_SIZE,
     Aspa,
     PayloadError,
     RouterKey,
@@ -22,6 +20,7 @@ from snapshot.model import (
     pack_v4,
     pack_v6,
 )
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from snapshot.snapshot import SnapshotBuilder
 from tests.snapshot.strategies import (
     FEW,

@@ -16,8 +16,9 @@ from unittest import mock
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from snapshot.model import V4_KEY_SIZE, V6_KEY_SIZE, Aspa, RouterKey, Vrp
-from snapshot.snapshot import Snapshot, split_keys
+from snapshot.model import Aspa, RouterKey, Vrp
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, split_keys
+from snapshot.snapshot import Snapshot
 from upstream import json_format
 from upstream.json_format import parse_export
 from upstream.payload import NO_EXPIRY, SourcePayload

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 
 from snapshot.model import Aspa, RouterKey, Vrp
-from snapshot.snapshot import Snapshot, split_keys
+from snapshot.packed import split_keys
+from snapshot.snapshot import Snapshot
 from tests.upstream.helpers import DATA, ts
 from upstream.decompress import decompress
 from upstream.file_source import load_file
