@@ -6,7 +6,9 @@ shift_times.py, since StayRTR drops expired entries) and the same client, in the
 * start-to-serving: process start until a Reset Query returns the whole table;
 * one full v1 dump (best of 3), then 10 and 50 concurrent full dumps (wall time);
 * peak RSS of the server process (VmHWM);
-* rtr-serve only: memory per idle session (1,000 connections that did a Reset Query and stay).
+* rtr-serve only: memory per idle session (1,000 connections that asked a Serial Query at the
+  current serial, got their empty answer, and stay: negotiated, holding no reply), measured
+  over a second 1,000 after a first unmeasured 1,000.
 
     .venv/bin/python bench/serve_bench.py [--data DIR] [--skip-stayrtr] [--idle 1000]
 
@@ -108,8 +110,8 @@ def rss_kib(pid: int, key: str = "VmRSS") -> int:
     return 0
 
 
-async def wait_serving(port: int, deadline: float) -> None:
-    """Retry Reset Queries until the whole table comes back."""
+async def wait_serving(port: int, deadline: float) -> bytes:
+    """Retry Reset Queries until the whole table comes back; returns that reply."""
     while time.monotonic() < deadline:
         try:
             _, data = await dump(port, keep=True)
@@ -118,7 +120,7 @@ async def wait_serving(port: int, deadline: float) -> None:
             continue
         counts = count_pdus(data)
         if counts.get(4, 0) + counts.get(6, 0) == EXPECTED_VRPS:
-            return
+            return data
         await anyio.sleep(0.02)
     raise TimeoutError("server did not serve the full table in time")
 
@@ -130,8 +132,14 @@ async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], id
     t0 = time.monotonic()
     proc = start(port)
     try:
-        await wait_serving(port, t0 + 120)
+        data = await wait_serving(port, t0 + 120)
         result.start_to_serving = time.monotonic() - t0
+        if idle:
+            # First, so that no dump's transient buffers are released while it measures.
+            serial = int.from_bytes(data[-16:-12], "big")  # the End of Data's serial
+            session = data[2:4]  # the Cache Response's session id
+            query = bytes([1, 1]) + session + (12).to_bytes(4, "big") + serial.to_bytes(4, "big")
+            result.idle_kib_per_session = await idle_sessions(proc.pid, port, idle, query)
         best = float("inf")
         for _ in range(3):
             t = time.monotonic()
@@ -146,8 +154,6 @@ async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], id
                 for _ in range(n):
                     tg.start_soon(dump, port)
             result.concurrent[n] = time.monotonic() - t
-        if idle:
-            result.idle_kib_per_session = await idle_sessions(proc.pid, port, idle)
         result.peak_rss_mib = rss_kib(proc.pid, "VmHWM") / 1024
     finally:
         proc.terminate()
@@ -158,31 +164,55 @@ async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], id
     return result
 
 
-async def idle_sessions(pid: int, port: int, count: int) -> float:
-    """Open ``count`` sessions that each do a Reset Query and then stay idle; KiB per session."""
-    await anyio.sleep(0.5)
-    before = rss_kib(pid)
+async def settled_rss(pid: int, *, within: float = 30.0) -> int:
+    """VmRSS once it stayed within 256 KiB for 2 s (memory the start-up frees is released late)."""
+    deadline = time.monotonic() + within
+    readings = [rss_kib(pid)]
+    while time.monotonic() < deadline:
+        await anyio.sleep(0.5)
+        readings.append(rss_kib(pid))
+        last = readings[-5:]
+        if len(last) == 5 and max(last) - min(last) <= 256:
+            return last[-1]
+    return readings[-1]
+
+
+async def idle_sessions(pid: int, port: int, count: int, query: bytes) -> float:
+    """Open ``count`` sessions that each send ``query`` and then stay idle; KiB per session.
+
+    ``query`` is a Serial Query at the current serial: its answer (Cache Response, End of Data)
+    negotiates the session without a full dump, whose transient buffers would move the RSS
+    more than the sessions do. A first ``count`` sessions are opened unmeasured: their
+    allocations start the server's cyclic collector, which frees the start-up's garbage (the
+    RSS fell while the first sessions opened); the figure is the growth over the second batch.
+    """
     streams: list[SocketStream] = []
-    try:
-        for _ in range(count // 50):
+
+    async def open_sessions(n: int) -> None:
+        for _ in range(n // 50):
             batch: list[SocketStream] = []
 
             async def one(batch: list[SocketStream] = batch) -> None:
                 stream = await anyio.connect_tcp("127.0.0.1", port)
                 batch.append(stream)
-                await stream.send(RESET_QUERY_V1)
-                await read_response(stream, keep=False)
+                await stream.send(query)
+                with anyio.fail_after(30):  # a Cache Reset or silence would never end it
+                    await read_response(stream, keep=False)
 
             async with anyio.create_task_group() as tg:
                 for _ in range(50):
                     tg.start_soon(one)
             streams.extend(batch)
-        await anyio.sleep(1.0)
-        after = rss_kib(pid)
+
+    try:
+        await open_sessions(count)  # warm-up, not measured
+        before = await settled_rss(pid)
+        await open_sessions(count)
+        after = await settled_rss(pid)
     finally:
         for stream in streams:
             await stream.aclose()
-    return (after - before) / len(streams)
+    return (after - before) / count
 
 
 def main() -> int:
