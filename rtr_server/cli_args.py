@@ -23,7 +23,7 @@ from rtr_server.settings import (
     ShutdownNotice,
 )
 
-__all__ = ["build_check_config_parser", "build_parser"]
+__all__ = ["OptionParser", "build_check_config_parser", "build_parser"]
 
 DESCRIPTION = """\
 RPKI-to-Router (RTR) cache server. Reads validated RPKI payload (VRPs, ASPAs, BGPsec router
@@ -108,8 +108,27 @@ examples:
 """
 
 
-class _Parser(argparse.ArgumentParser):
+class OptionParser(argparse.ArgumentParser):
+    """An argument parser that keeps its options by destination (`options`), for the TOML merge.
+
+    argparse has no public map from a destination to its action; `option` adds an argument to
+    the parser or one of its groups and records the action it returns.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Build the parser; no option yet."""
+        super().__init__(*args, **kwargs)
+        #: Every option added with `option`, by its destination.
+        self.options: dict[str, argparse.Action] = {}
+
+    def option(self, container: Any, *flags: str, **kwargs: Any) -> argparse.Action:
+        """``container.add_argument(*flags, **kwargs)``, recorded in `options`."""
+        action: argparse.Action = container.add_argument(*flags, **kwargs)
+        self.options[action.dest] = action
+        return action
+
     def error(self, message: str) -> NoReturn:
+        """Exit 2 with one line (no usage dump)."""
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
@@ -167,17 +186,18 @@ def _network(text: str) -> Network:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> OptionParser:
     """The argument parser of ``rtr-serve``."""
-    p = _Parser(
+    p = OptionParser(
         prog="rtr-serve",
         allow_abbrev=False,  # options are matched exactly, also when merging a config file
         description=DESCRIPTION,
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--version", action="version", version=f"rtr-serve {__version__}")
-    p.add_argument(
+    p.option(p, "--version", action="version", version=f"rtr-serve {__version__}")
+    p.option(
+        p,
         "--config",
         type=Path,
         metavar="FILE",
@@ -186,7 +206,8 @@ def build_parser() -> argparse.ArgumentParser:
         "SIGHUP (default: none)",
     )
     src = p.add_argument_group("sources")
-    src.add_argument(
+    p.option(
+        src,
         "--source",
         action="append",
         default=[],
@@ -194,20 +215,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="JSON export to serve: a file (plain, .gz, .bz2 or .xz), an http(s):// URL or "
         "an rtr://HOST[:PORT] cache; repeat to merge several (required without --config)",
     )
-    src.add_argument(
+    p.option(
+        src,
         "--poll-interval",
         type=_positive_float,
         default=10.0,
         metavar="S",
         help="seconds between checks of each source for changes (default 10)",
     )
-    src.add_argument(
+    p.option(
+        src,
         "--reference-time",
         type=_time,
         metavar="ISO8601",
         help="evaluate entry expiry at this fixed UTC time instead of now (for old exports)",
     )
-    src.add_argument(
+    p.option(
+        src,
         "--slurm",
         action="append",
         default=[],
@@ -216,7 +240,8 @@ def build_parser() -> argparse.ArgumentParser:
         "the served data: filters first, then assertions; repeat for several (they must not "
         "overlap); reloaded on change, an invalid change is logged and the previous policy kept",
     )
-    src.add_argument(
+    p.option(
+        src,
         "--max-aspa-providers",
         type=_positive_int,
         default=10_000,
@@ -224,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="reject exports with an ASPA of more than N providers (default 10000, max 16380)",
     )
     rtr = p.add_argument_group("RTR service")
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--listen",
         action="append",
         default=[],
@@ -232,7 +258,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to serve routers on; repeat for several; [ADDR]:PORT for IPv6 "
         "(default 127.0.0.1:8323)",
     )
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--notify-interval",
         type=_non_negative_float,
         default=60.0,
@@ -240,28 +267,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="at most one Serial Notify round per S seconds (default 60, as RFC 8210 asks; "
         "0 for labs)",
     )
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--history",
         type=_non_negative_int,
         default=10,
         metavar="N",
         help="serials kept for incremental Serial Query answers (default 10)",
     )
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--refresh",
         type=int,
         default=3600,
         metavar="S",
         help="Refresh Interval sent in End of Data, seconds, 1..86400 (default 3600)",
     )
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--retry",
         type=int,
         default=600,
         metavar="S",
         help="Retry Interval sent in End of Data, seconds, 1..7200 (default 600)",
     )
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--expire",
         type=int,
         default=7200,
@@ -269,7 +300,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="Expire Interval sent in End of Data, seconds, 600..172800, above refresh and "
         "retry (default 7200)",
     )
-    rtr.add_argument(
+    p.option(
+        rtr,
         "--max-version",
         type=int,
         choices=range(MAX_VERSION + 1),
@@ -278,7 +310,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"highest RTR version offered, 0..{MAX_VERSION} (default {MAX_VERSION})",
     )
     sec = p.add_argument_group("TLS and access control")
-    sec.add_argument(
+    p.option(
+        sec,
         "--listen-tls",
         action="append",
         default=[],
@@ -286,23 +319,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="address to serve RTR over TLS on (8210bis §9.2; the registered port is 324); "
         "repeat for several; needs --tls-cert and --tls-key",
     )
-    sec.add_argument("--tls-cert", type=Path, metavar="FILE", help="server certificate (PEM)")
-    sec.add_argument("--tls-key", type=Path, metavar="FILE", help="server private key (PEM)")
-    sec.add_argument(
+    p.option(sec, "--tls-cert", type=Path, metavar="FILE", help="server certificate (PEM)")
+    p.option(sec, "--tls-key", type=Path, metavar="FILE", help="server private key (PEM)")
+    p.option(
+        sec,
         "--tls-client-ca",
         type=Path,
         metavar="FILE",
         help="require router certificates issued by this CA (PEM), whose subjectAltName "
         "iPAddress entries must include the router's address",
     )
-    sec.add_argument(
+    p.option(
+        sec,
         "--tls-handshake-timeout",
         type=_positive_float,
         default=10.0,
         metavar="S",
         help="close a TLS connection whose handshake takes longer than S seconds (default 10)",
     )
-    sec.add_argument(
+    p.option(
+        sec,
         "--allow",
         action="append",
         type=_network,
@@ -312,34 +348,39 @@ def build_parser() -> argparse.ArgumentParser:
         "applies to every listener; others are closed at accept (default: everyone)",
     )
     lim = p.add_argument_group("limits")
-    lim.add_argument(
+    p.option(
+        lim,
         "--max-connections",
         type=_positive_int,
         default=4096,
         metavar="N",
         help="routers served at once; more are closed at accept (default 4096)",
     )
-    lim.add_argument(
+    p.option(
+        lim,
         "--max-per-ip",
         type=_positive_int,
         default=256,
         metavar="N",
         help="connections per router address; more are closed at accept (default 256)",
     )
-    lim.add_argument(
+    p.option(
+        lim,
         "--query-timeout",
         type=_positive_float,
         default=60.0,
         metavar="S",
         help="close a connection that sends no query within S seconds (default 60)",
     )
-    lim.add_argument(
+    p.option(
+        lim,
         "--write-timeout",
         type=_positive_float,
         metavar="S",
         help="drop a router that accepts no data for S seconds (default 3 x --retry)",
     )
-    lim.add_argument(
+    p.option(
+        lim,
         "--shutdown-notice",
         choices=[n.value for n in ShutdownNotice],
         default=ShutdownNotice.RESTART.value,
@@ -347,21 +388,24 @@ def build_parser() -> argparse.ArgumentParser:
         "data), shutdown = Error 13 Cache Shutdown (flush) (default restart)",
     )
     st = p.add_argument_group("persisted state")
-    st.add_argument(
+    p.option(
+        st,
         "--state",
         metavar="BACKEND:PATH",
         type=_state_location,
         help="persist published data in sqlite:PATH or duckdb:PATH and recover what is still "
         "valid from it at start (a new RTR session); one owner per file (default: memory only)",
     )
-    st.add_argument(
+    p.option(
+        st,
         "--state-reader",
         metavar="sqlite:PATH",
         type=_reader_location,
         help="serve another rtr-serve's SQLite state read-only instead of running sources "
         "(polls it every second; same data, own session and serials)",
     )
-    st.add_argument(
+    p.option(
+        st,
         "--flush-timeout",
         type=_positive_float,
         default=30.0,
@@ -370,18 +414,21 @@ def build_parser() -> argparse.ArgumentParser:
         "committed; if it is not, the log says so and the exit status is 1 (default 30)",
     )
     web = p.add_argument_group("HTTP API and metrics")
-    web.add_argument(
+    p.option(
+        web,
         "--http",
         metavar="HOST:PORT",
         help="serve /metrics, /status, /healthz, /json, the query API and the dashboard on "
         "this address, e.g. 127.0.0.1:8080 (loopback; the host must be given; default off)",
     )
-    web.add_argument(
+    p.option(
+        web,
         "--metrics-router-lag",
         action="store_true",
         help="export rtr_router_serial_lag, one series per connected router (needs --http)",
     )
-    web.add_argument(
+    p.option(
+        web,
         "--health-stale-after",
         type=_positive_float,
         default=DEFAULT_STALE_AFTER,
@@ -390,20 +437,23 @@ def build_parser() -> argparse.ArgumentParser:
         f"than S seconds (default {DEFAULT_STALE_AFTER:g})",
     )
     run = p.add_argument_group("process")
-    run.add_argument(
+    p.option(
+        run,
         "--log-level",
         choices=LOG_LEVELS,
         default="info",
         help="log verbosity; debug also shows every HTTP request (default info)",
     )
-    run.add_argument(
+    p.option(
+        run,
         "--log-format",
         choices=LOG_FORMATS,
         default="text",
         help="text: one readable line per event; json: one JSON object per line with ts, "
         "level, logger, msg and the event's fields (default text)",
     )
-    run.add_argument(
+    p.option(
+        run,
         "--async-backend",
         choices=["asyncio", "trio"],
         default="asyncio",
@@ -414,7 +464,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def build_check_config_parser() -> argparse.ArgumentParser:
     """The argument parser of ``rtr-serve check-config``."""
-    p = _Parser(
+    p = OptionParser(
         prog="rtr-serve check-config",
         allow_abbrev=False,
         description=CHECK_CONFIG_DESCRIPTION,

@@ -16,7 +16,7 @@ from pathlib import Path
 from rtr_protocol import Timers
 from rtr_server.access import parse_networks
 from rtr_server.app_config import AppConfig
-from rtr_server.cli_args import build_parser
+from rtr_server.cli_args import OptionParser, build_parser
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.http.settings import HttpSettings, parse_http_address
 from rtr_server.logs import LogSettings
@@ -138,14 +138,14 @@ def tls_files(args: argparse.Namespace, listen: tuple[ListenAddress, ...]) -> Tl
 
 
 def apply_config_file(
-    parser: argparse.ArgumentParser, args: argparse.Namespace, argv: Sequence[str] | None
+    parser: OptionParser, args: argparse.Namespace, argv: Sequence[str] | None
 ) -> None:
     """Fill ``args`` from ``args.config`` where the command line did not set an option."""
     path: Path | None = args.config
     if path is None:
         return
     file_config = load_config_file(path)
-    actions = {a.dest: a for a in parser._actions}  # noqa: SLF001 - argparse has no public map
+    actions = parser.options
     given = list(argv or [])
     explicit = {
         dest
@@ -175,7 +175,7 @@ def apply_config_file(
 
 
 def load_process_config(
-    parser: argparse.ArgumentParser, argv: Sequence[str]
+    parser: OptionParser, argv: Sequence[str]
 ) -> tuple[argparse.Namespace, ProcessConfig]:
     """Parse ``argv``, merge its --config file and validate; raises ValueError when invalid.
 

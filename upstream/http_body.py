@@ -86,7 +86,7 @@ def too_large(limit: int, what: str) -> PollError:
 
 
 def decompress_bounded(data: bytes, limit: int) -> bytes:
-    """`json_format.decompress` with an output cap; the cap is a ``size`` failure.
+    """`upstream.decompress.decompress` with an output cap; the cap is a ``size`` failure.
 
     Raises:
         FormatError: corrupt or truncated compressed data.

@@ -149,7 +149,7 @@ def test_help_reads_like_a_manual_page() -> None:
     assert "SIGHUP" in text
     assert "--log-format {text,json}" in text
     # Every option that has a default says which (and so its unit, where it has one).
-    for action in parser._actions:
+    for action in parser.options.values():
         if action.default in (None, False, [], argparse.SUPPRESS) or not action.option_strings:
             continue
         assert action.help is not None
