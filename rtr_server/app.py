@@ -1,19 +1,19 @@
 """Composition root: wires the upstream `Client`, the publish pipeline, the state file, the server.
 
 `run_app` owns everything it creates: the server, the client (which owns the sources) and,
-with ``--state``, the persistence backend and its worker. The app only uses the client's public
-API (`Client.watch`). What happens to a snapshot is `rtr_server.publishing.Publishing`'s
-(publisher in a worker thread, swapped into the server in one assignment); what happens to the
-state file is `rtr_server.state_keeping.StateKeeping`'s (open, recover, offer, close). With
-persisted state the recovery runs before any network. With ``--state-reader`` the app follows
-another process's SQLite state (`rtr_server.follower.StateFollower`) instead of running sources.
+with ``--state``, the persistence backend and its worker. The parts hold the logic: what
+happens to a snapshot is `rtr_server.publishing.Publishing`'s (the publisher in a worker
+thread, swapped into the server in one assignment); following the client, handing each
+snapshot to the state file and closing that flow in order are `rtr_server.following.Following`'s;
+the state file itself (open, recover, offer, close) is `rtr_server.state_keeping.StateKeeping`'s.
+The app creates them, starts them in order (recovery before any network) and stops them. With
+``--state-reader`` the app follows another process's SQLite state
+(`rtr_server.follower.StateFollower`) instead of running sources.
 
-`App.stop` closes in order: commits are held, the client closes (no new snapshot; its tasks
-end), the snapshot in hand is published and handed over, its commit waited for within
-``flush_timeout`` (`App.abort_stop` cuts that short), then the store and the listeners close;
-`App.shutdown` and one log line say what was persisted. A failure of the client's close (its
-final build) is the close result ``persistence_failed`` (`ClientRun`) and goes to the host.
-Cancelling `run` stops at once.
+`App.stop` closes in order (`Following.close_in_order`), then the store and the listeners
+close; `App.shutdown` and one log line say what was persisted. A failure of the client's close
+(its final build) is the close result ``persistence_failed`` (`ClientRun`) and goes to the
+host. Cancelling `run` stops at once.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from persistence.persister import Persister
 from rtr_server import app_view
 from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.follower import StateFollower
+from rtr_server.following import Following
 from rtr_server.http.api import HttpApi
 from rtr_server.http.view import GroupView, SourceView
 from rtr_server.publish_log import PublishLog
@@ -44,18 +45,11 @@ from rtr_server.shutdown import (
     ShutdownReport,
     StopRequest,
     close_failed,
-    final_not_built,
-    persist_last,
 )
 from rtr_server.state_keeping import StateKeeping
 from snapshot.publisher import PublishedState, Publisher, SessionIds
-from snapshot.snapshot import Snapshot
 from upstream.client import (
     Client,
-    ClientSnapshot,
-    ClientState,
-    ResyncRequiredError,
-    SnapshotEvent,
 )
 from upstream.clock import Clock
 from upstream.slurm_files import SlurmFiles
@@ -93,7 +87,6 @@ class App:
         self.shutdown: ShutdownReport | None = None
         self._stop = StopRequest()
         self._client_run = ClientRun(self._stop)
-        self._handover = self.keeping.handover
 
     def _client(self) -> Client:
         if self.client is None:
@@ -164,46 +157,6 @@ class App:
         """Why closing the store failed (also in /status); None: it closed, or not yet."""
         return self.keeping.close_error
 
-    async def _on_snapshot(self, snapshot: Snapshot) -> None:
-        await self.publishing.publish(snapshot)
-
-    async def _follow(self, scope: anyio.CancelScope, done: anyio.Event) -> None:
-        """Publish every snapshot the client makes; resynchronise when a watch says so.
-
-        After `stop` no new snapshot is taken; the one in hand is published and handed over
-        (``scope`` is cancelled only while idle, or when the close runs out of time).
-        """
-        client = self._client()
-        stop = self._stop
-        try:
-            with scope:
-                while client.state is ClientState.RUNNING and not stop.requested():
-                    with client.watch() as events:
-                        try:
-                            async for event in events:
-                                if stop.requested():
-                                    break
-                                if isinstance(event, SnapshotEvent):
-                                    await self._take(event.snapshot)
-                                if stop.requested():
-                                    break
-                        except ResyncRequiredError as exc:
-                            if not stop.requested():
-                                log.info("resynchronising with the client: %s", exc)
-        finally:
-            done.set()
-
-    async def _take(self, current: ClientSnapshot) -> None:
-        """Publish ``current`` and hand it to the persister, noting what was handed over."""
-        with self._handover.taking(current):
-            await self._on_snapshot(current.snapshot)
-            await self._offer_now(current)
-
-    async def _offer_now(self, current: ClientSnapshot) -> None:
-        """Offer ``current``'s state (also the final hand-over, when `_take` was cut short)."""
-        if self.persister is not None and self.server.state is not None:
-            await self.keeping.offer(current, self.server.state, self._client())
-
     def stop(self) -> None:
         """Ask for an orderly stop (see the module docstring); `run` then returns."""
         self._stop.request()
@@ -223,7 +176,7 @@ class App:
                 await self.keeping.recover(
                     self.config.state,
                     self._client(),
-                    self._on_snapshot,
+                    self.publishing.publish,
                     self.publishing.avoid_session_ids,
                     self.clock.monotonic,
                 )
@@ -232,71 +185,31 @@ class App:
             await listeners.start(self.server.serve)
             if self.http is not None:
                 await listeners.start(self.http.serve)
-            follow_scope, followed = anyio.CancelScope(), anyio.Event()
+            following = Following(
+                client,
+                self.publishing,
+                self.keeping,
+                stop=self._stop,
+                client_run=self._client_run,
+                flush_timeout=self.config.flush_timeout,
+            )
             try:
                 async with anyio.create_task_group() as work:
                     if self.persister is not None:
                         await work.start(self.persister.run)
                     await work.start(self._client_run.run, client.run, self.persister)
-                    work.start_soon(self._follow, follow_scope, followed, name="client snapshots")
+                    work.start_soon(following.run, name="client snapshots")
                     task_status.started(self)
                     await self._stop.wait()
-                    report = await self._close_in_order(client, follow_scope, followed)
+                    report = await following.close_in_order()
                     work.cancel_scope.cancel()  # a commit in its thread ends before the close
             except Exception:  # the client's close failed: say so; the host gets the error
                 if self._client_run.failure is not None and self.persister is not None:
-                    held = self._handover.held(self.persister.persisted)
+                    held = self.keeping.handover.held(self.persister.persisted)
                     await self._report(close_failed(self._client_run.failure, held))
                 raise
             await self._report(report, wait=0.0)  # the flush deadline is over
             listeners.cancel_scope.cancel()  # routers are told goodbye and the listeners close
-
-    async def _close_in_order(
-        self, client: Client, follow_scope: anyio.CancelScope, followed: anyio.Event
-    ) -> ShutdownReport:
-        """Take no new snapshot, finish and hand over the one in hand, wait for its commit."""
-        started = anyio.current_time()
-        deadline = started + self.config.flush_timeout
-        if self.persister is not None:
-            self.persister.hold()  # no commit starts until the final state is known
-        if not self._handover.busy:
-            follow_scope.cancel()  # idle: waiting for the next snapshot
-        with self._stop.bounded(deadline):
-            await client.aclose()  # the sources stop; a decided withdrawal is built first
-        with self._stop.bounded(deadline):
-            await client.wait_final_view()  # every source task ended (a late revocation too)
-        with self._stop.bounded(deadline):
-            await followed.wait()
-        if not followed.is_set():
-            follow_scope.cancel()  # out of time: the snapshot in hand is dropped
-            await followed.wait()  # (a publish or conversion thread cannot be abandoned)
-        with self._stop.bounded(deadline):
-            await self._client_run.wait_ended()  # every client task ended (or failed)
-        final = client.get_snapshot()
-        taken = self._handover.taken
-        if final is not None and (taken is None or final.generation > taken.generation):
-            # The client committed a decided withdrawal while it closed (no event is sent for
-            # it): necessary cleanup, published and handed over within the same deadline.
-            with self._stop.bounded(deadline, shield=True):
-                await self._take(final)
-        serial = None if self.server.state is None else self.server.state.serial.value
-        if self.persister is None:
-            return ShutdownReport(persisted=None, message="")  # memory only: nothing to persist
-        if self._client_run.ended_cleanly:
-            self.persister.release()  # else the older acknowledged state stays on disk
-        report = await persist_last(
-            self._handover,
-            self.persister,
-            self._stop,
-            published_serial=serial,
-            offer=self._offer_now,
-            deadline=deadline,
-            flush_timeout=self.config.flush_timeout,
-            started=started,
-        )
-        if not client.final_view_committed:
-            return final_not_built(self._handover, self.persister)
-        return report
 
     async def _report(self, report: ShutdownReport, wait: float | None = None) -> None:
         """Close the store, then log how the stop ended.
@@ -314,7 +227,7 @@ class App:
         follower = StateFollower(
             backend,
             self.clock,
-            self._on_snapshot,
+            self.publishing.publish,
             poll=self.config.reader_poll,
             policy=lambda: slurm.policy,
         )

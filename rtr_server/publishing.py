@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 class PublishTarget(Protocol):
     """Where published states go (the RTR server)."""
 
+    @property
+    def state(self) -> PublishedState | None:
+        """What routers are served now (None before the first publish)."""
+
     def publish(self, state: PublishedState) -> None:
         """Make ``state`` what routers are served."""
 
@@ -52,6 +56,11 @@ class Publishing:
         self.published = 0
         #: The most recent publishes (for /status and the dashboard).
         self.publishes = PublishLog()
+
+    @property
+    def current(self) -> PublishedState | None:
+        """What routers are served now (None before the first publish)."""
+        return self.target.state
 
     async def publish(self, snapshot: Snapshot) -> None:
         """Publish ``snapshot`` unless it equals what is served."""

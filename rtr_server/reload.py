@@ -21,17 +21,26 @@ import enum
 import logging
 from collections.abc import AsyncIterable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
 from rtr_server.app_config import AppConfig
 from rtr_server.logs import LogSettings, configure
-
-if TYPE_CHECKING:
-    from rtr_server.app import App
+from upstream.client import Client
 
 log = logging.getLogger(__name__)
+
+
+class Reloadable(Protocol):
+    """What a reload changes: the process's configuration and its upstream client (`App`)."""
+
+    config: AppConfig
+
+    @property
+    def client(self) -> Client | None:
+        """The upstream client; None for a state follower, which runs no sources."""
+
 
 #: AppConfig fields the upstream client takes at runtime (`AppConfig.client_config`).
 CLIENT_FIELDS = ("sources", "groups", "group_sources", "poll_interval", "max_aspa_providers")
@@ -91,11 +100,11 @@ def _differing_fields(before: object, after: object) -> list[str]:
 
 
 class Reloader:
-    """Applies reloads to a running `App`, one at a time; see the module docstring."""
+    """Applies reloads to a running app (`Reloadable`), one at a time; see the module docstring."""
 
     def __init__(
         self,
-        app: App,
+        app: Reloadable,
         current: ProcessConfig,
         load: Callable[[], ProcessConfig] | None,
         *,
