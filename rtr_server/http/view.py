@@ -7,20 +7,26 @@ composition root.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Protocol
 
+from rtr_protocol.session import ServerSession
+from rtr_server.connection import ConnectionStats
 from rtr_server.publish_log import PublishLog
-from rtr_server.server import RtrServer
+from rtr_server.serving import ServerStats
+from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState
 
 __all__ = [
     "KINDS",
     "SOURCE_STATES",
     "AppView",
+    "ConnectionView",
     "GroupView",
     "Persister",
     "PersisterStatus",
+    "ServerView",
     "SourceView",
     "WallClock",
 ]
@@ -61,6 +67,30 @@ class Persister(Protocol):
 
     @property
     def status(self) -> PersisterStatus: ...
+
+
+class ConnectionView(Protocol):
+    """One router connection: its peer, its session state machine and its counters."""
+
+    @property
+    def peer(self) -> str: ...
+    @property
+    def session(self) -> ServerSession: ...
+    @property
+    def stats(self) -> ConnectionStats: ...
+
+
+class ServerView(Protocol):
+    """The RTR server: what it serves, its settings, counters and connections."""
+
+    @property
+    def state(self) -> PublishedState | None: ...
+    @property
+    def settings(self) -> ServerSettings: ...
+    @property
+    def stats(self) -> ServerStats: ...
+    @property
+    def connections(self) -> Collection[ConnectionView]: ...
 
 
 class WallClock(Protocol):
@@ -114,7 +144,7 @@ class AppView(Protocol):
         ...
 
     @property
-    def server(self) -> RtrServer:
+    def server(self) -> ServerView:
         """The RTR server (its sessions and counters)."""
         ...
 
