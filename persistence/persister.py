@@ -23,7 +23,6 @@ commits that did happen satisfied theirs.
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -34,6 +33,7 @@ from anyio.abc import TaskStatus
 from persistence.backend import PersistenceBackend
 from persistence.errors import CommitConflictError, PersistenceError
 from persistence.state import CommitReceipt, PersistedState, StateHeader, StateId
+from snapshot.backoff import jittered_backoff
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +124,8 @@ class Persister:
         self._held = False
         self.retry_initial = retry_initial
         self.retry_max = retry_max
-        self._delay = retry_initial
+        #: Failed attempts in a row (the retry delay doubles with each; `jittered_backoff`).
+        self._failures = 0
         self._wall = wall
         self._monotonic = monotonic
 
@@ -208,7 +209,7 @@ class Persister:
 
     async def _run(self, task_status: TaskStatus[None]) -> None:
         task_status.started()
-        self._delay = self.retry_initial
+        self._failures = 0
         while True:
             if self._pending is None or self._held:
                 await self._wakeup.wait()
@@ -234,7 +235,7 @@ class Persister:
                 del state
                 await self._backoff(wait)
                 continue
-            self._delay = self.retry_initial
+            self._failures = 0
             self._committed(state, receipt, self._monotonic() - started)
 
     async def _resolve(self, attempt: Attempt) -> bool:
@@ -280,7 +281,7 @@ class Persister:
         if not exc.retryable:
             self._stop(exc, what)
             return None
-        wait = min(self.retry_max, self._delay) * (0.5 + random.random() / 2)
+        wait = jittered_backoff(self._failures, self.retry_initial, self.retry_max)
         log.warning(
             "%s failed (%s); retrying in %.1f s; routers keep being served from memory",
             what,
@@ -290,14 +291,14 @@ class Persister:
         return wait
 
     async def _backoff(self, wait: float) -> None:
-        self._delay = min(self.retry_max, self._delay * 2)
+        self._failures += 1
         await anyio.sleep(wait)
 
     def _confirmed(self, attempt: Attempt, receipt: CommitReceipt) -> None:
         pending = self._pending
         if pending is not None and pending.state_id == attempt.state_id:
             self._pending = None  # the very state that was attempted (ids are unique)
-        self._delay = self.retry_initial
+        self._failures = 0
         self._record(receipt, seconds=None)
         log.info(
             "persisted state %s (confirmed by the stored header after an unknown outcome)",

@@ -2,7 +2,7 @@
 
 Standard library only, no I/O and no clock reads. Start with `snapshot.model` (values),
 `snapshot.packed` (the packed key layout), then `snapshot.snapshot`, `snapshot.delta`,
-`snapshot.difflog` and `snapshot.publisher`.
+`snapshot.difflog` and `snapshot.publisher`; `snapshot.backoff` is the one retry-delay rule.
 """
 
 from snapshot.delta import EMPTY_DELTA, AspaChange, Delta, apply, compose, compute_delta

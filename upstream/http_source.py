@@ -59,8 +59,8 @@ from typing import Final
 import anyio
 import httpx
 
+from snapshot.backoff import jittered_backoff
 from snapshot.kinds import ALL_KINDS, PayloadKind
-from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
 from upstream.http_body import (
     Parsed,

@@ -56,9 +56,9 @@ from rtr_protocol import (
     Transmit,
 )
 from rtr_protocol.client_bounds import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
+from snapshot.backoff import jittered_backoff
 from snapshot.kinds import PayloadKind
 from snapshot.snapshot import Snapshot
-from upstream.backoff import jittered_backoff
 from upstream.clock import Clock
 from upstream.payload import NO_EXPIRY, SourcePayload
 from upstream.rtr_address import parse_rtr_url

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from upstream.backoff import jittered_backoff
+from snapshot.backoff import jittered_backoff
 
 
 def test_the_delay_doubles_stays_in_the_upper_half_and_is_capped() -> None:

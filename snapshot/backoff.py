@@ -1,4 +1,4 @@
-"""Retry delays: exponential backoff with jitter, the same rule for every upstream peer."""
+"""Retry delays: exponential backoff with jitter, one rule for every retry (sources, the store)."""
 
 from __future__ import annotations
 
