@@ -224,9 +224,11 @@ class RtrConnection:
         with anyio.move_on_after(1.0):
             try:
                 await self.stream.send(data)
-                self.stats.bytes_sent += len(data)
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                pass
+                return
+            self.stats.bytes_sent += len(data)
+            self.server.stats.bytes_sent += len(data)
+            self._count_error(code)  # a goodbye report is an Error Report sent like any other
 
     def _ended(self, reason: CloseReason, detail: str) -> None:
         self.close_reason = reason

@@ -64,6 +64,8 @@ async def test_shutdown_notice(tmp_path: Path, notice: ShutdownNotice, code: int
         for client in (v1, v0, fresh):
             await client.expect_closed()
         assert not app.server.connections
+        # The one goodbye that was sent (to the v2 router) is counted like any Error Report.
+        assert app.server.stats.errors_sent == {code: 1}
         with pytest.raises(OSError):  # the listener is closed too
             await (await anyio.connect_tcp("127.0.0.1", port)).aclose()
     finally:
