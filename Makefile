@@ -7,7 +7,7 @@ LISTEN ?= 127.0.0.1:8323
 HTTP   ?= 127.0.0.1:8080
 EXAMPLE ?= examples/rpki-client-example.json
 
-.PHONY: run test lint typecheck imports unit interop bench clean venv test-deps
+.PHONY: run test lint typecheck imports unit interop bench docs clean venv test-deps
 
 venv: $(STAMP)
 
@@ -62,6 +62,13 @@ interop: $(STAMP)
 
 bench: $(STAMP)
 	$(PY) bench/snapshot_bench.py
+
+# The generated API reference (pdoc, Google-style docstrings) of every package, in build/docs/.
+docs: $(STAMP)
+	rm -rf build/docs
+	$(VENV)/bin/pdoc --docformat google --output-directory build/docs \
+	  upstream persistence snapshot rtr_protocol rtr_server
+	@echo "API reference: build/docs/index.html"
 
 clean:
 	rm -rf $(VENV) build *.egg-info .mypy_cache .ruff_cache
