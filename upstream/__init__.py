@@ -1,1 +1,48 @@
-"""Upstream sources (JSON files, HTTP, RTR caches) that produce complete snapshots."""
+"""Upstream sources (JSON files, HTTP, RTR caches) that produce complete snapshots.
+
+The public face of the upstream half is what this package exports: `Client` and its
+configuration (`ClientConfig`, `SourceConfig`, `GroupConfig`), its snapshots, status and
+events, and the clock it may be given. Everything in the submodules that is not exported here
+is internal. ::
+
+    async with Client(ClientConfig(sources=(SourceConfig("rpki", "/var/lib/rpki/export.json"),)))
+            as client:
+        async with anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            snapshot = await client.wait_ready()
+"""
+
+from snapshot.kinds import PayloadKind
+from upstream.client import (
+    Client,
+    ClientSnapshot,
+    ClientState,
+    ClientStatus,
+    Event,
+    ResyncRequiredError,
+    SnapshotEvent,
+    SnapshotExpiredError,
+    StatusEvent,
+    Watch,
+)
+from upstream.clock import Clock, SystemClock
+from upstream.config import ClientConfig, GroupConfig, SourceConfig
+
+__all__ = [
+    "Client",
+    "ClientConfig",
+    "ClientSnapshot",
+    "ClientState",
+    "ClientStatus",
+    "Clock",
+    "Event",
+    "GroupConfig",
+    "PayloadKind",
+    "ResyncRequiredError",
+    "SnapshotEvent",
+    "SnapshotExpiredError",
+    "SourceConfig",
+    "StatusEvent",
+    "SystemClock",
+    "Watch",
+]
