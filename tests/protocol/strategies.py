@@ -23,6 +23,7 @@ from rtr_protocol import (
     Timers,
 )
 from rtr_protocol.framer import NeedData
+from snapshot import Snapshot
 
 versions = st.integers(0, 2)
 u16 = st.integers(0, 0xFFFF)
@@ -125,3 +126,13 @@ def frame_chunks(chunks: list[bytes], max_pdu_size: int = 65_535) -> list[Outcom
         if not drain(framer, out):
             break
     return out
+
+
+def at_version(snapshot: Snapshot, version: int) -> Snapshot:
+    """What a router speaking ``version`` can hold of ``snapshot`` (v0: VRPs; v1: + keys)."""
+    return Snapshot(
+        snapshot.v4,
+        snapshot.v6,
+        snapshot.router_keys if version >= 1 else (),
+        snapshot.aspas if version >= 2 else (),
+    )

@@ -45,6 +45,7 @@ from rtr_protocol import (
 from snapshot import Aspa, RouterKey, Serial, Snapshot, Vrp, compute_delta
 from snapshot.model import pack_v4, pack_v6
 from snapshot.packed import splice as _splice
+from tests.protocol.strategies import at_version
 
 SID = 0x1234
 OTHER_SID = 0x4321
@@ -145,16 +146,6 @@ def v4_pdu(vrp: Vrp, *, announce: bool = True, version: int = 2) -> bytes:
         cls(
             version, int(announce), net.prefixlen, vrp.max_length, int(net.network_address), vrp.asn
         )
-    )
-
-
-def at_version(snapshot: Snapshot, version: int) -> Snapshot:
-    """What a router of ``version`` holds of ``snapshot``."""
-    return Snapshot(
-        snapshot.v4,
-        snapshot.v6,
-        snapshot.router_keys if version >= 1 else (),
-        snapshot.aspas if version >= 2 else (),
     )
 
 

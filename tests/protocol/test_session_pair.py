@@ -46,6 +46,7 @@ from rtr_protocol import (
 )
 from snapshot import Aspa, Publisher, RouterKey, Serial, SessionIds, Snapshot, Vrp
 from snapshot.model import pack_v4, pack_v6
+from tests.protocol.strategies import at_version
 from tests.snapshot.strategies import FEW, model_of, snapshots
 
 TIMERS = Timers(refresh=1800, retry=300, expire=3600)
@@ -67,16 +68,6 @@ SNAP_B = Snapshot.build(
 )
 SNAP_C = Snapshot.build(vrps=[V4_2, V6_2], aspas=[Aspa(64520, (64521,))], router_keys=[KEY_1])
 PAYLOAD = (Ipv4Prefix, Ipv6Prefix, RouterKeyPdu, AspaPdu)
-
-
-def at_version(snapshot: Snapshot, version: int) -> Snapshot:
-    """What a router speaking ``version`` can hold of ``snapshot`` (v0: VRPs; v1: + keys)."""
-    return Snapshot(
-        snapshot.v4,
-        snapshot.v6,
-        snapshot.router_keys if version >= 1 else (),
-        snapshot.aspas if version >= 2 else (),
-    )
 
 
 def describe(by: str, pdu: Pdu) -> str:
