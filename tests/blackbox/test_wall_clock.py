@@ -193,6 +193,51 @@ def test_harness_moves_only_the_wall_clock(tmp_path: Path) -> None:
     assert abs(mono - time.monotonic()) < 10
 
 
+#: A child whose event loop sleeps 1 ms at a time while another thread keeps the GIL busy,
+#: printing the worst wake-up delay in seconds (the GIL hands over every 5 ms or so).
+BUSY_THREAD_PROBE = """
+import threading, time, anyio
+async def main():
+    done = threading.Event()
+    def busy():
+        while not done.is_set():
+            sum(range(1000))
+    worker = threading.Thread(target=busy)
+    worker.start()
+    worst = 0.0
+    try:
+        for _ in range(300):
+            started = time.monotonic()
+            await anyio.sleep(0.001)
+            worst = max(worst, time.monotonic() - started)
+    finally:
+        done.set()
+        worker.join()
+    print(worst)
+anyio.run(main)
+"""
+
+
+def test_harness_keeps_thread_switching_prompt(tmp_path: Path) -> None:
+    """Under the fake clock a busy worker thread never starves the event loop: libfaketime's
+    pthread_cond_timedwait "monotonic fix" (off in `WallClock.environ`) held the loop for
+    0.6-0.8 s at a time on a loaded machine, longer than the waits these tests allow."""
+    library = require_libfaketime()
+    clock = WallClock(tmp_path / "clock", offset=JUMP)
+    result = subprocess.run(
+        [sys.executable, "-c", BUSY_THREAD_PROBE],
+        env=clock.environ(library),
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    worst = float(result.stdout)
+    assert worst < 0.3, f"the event loop waited {worst:.3f} s for a busy thread to let go"
+
+
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
 def test_control_moved_clock_is_seen_and_future_entries_served(
     tmp_path: Path, backend: str
