@@ -58,6 +58,7 @@ __all__ = [
     "OriginValidation",
     "PathElement",
     "RampBounds",
+    "ResyncRequiredError",
     "SnapshotExpiredError",
     "SnapshotView",
     "UsableUntil",
@@ -69,6 +70,12 @@ __all__ = [
 
 #: One AS_PATH element as received: an ASN, or an AS_SET.
 PathElement = int | AbstractSet[int]
+
+
+class ResyncRequiredError(Exception):
+    """Raised by a subscription (the client's or a shared reader's ``watch``) that lost events
+    (queue overflow, a lost window) or outlived a change of the publisher's identity: close it,
+    enter ``watch`` again and revalidate from the new ``initial``."""
 
 
 class SnapshotExpiredError(Exception):

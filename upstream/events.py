@@ -15,7 +15,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from snapshot.kinds import PayloadKind
-from snapshot.queries import SnapshotExpiredError, SnapshotView
+from snapshot.queries import ResyncRequiredError, SnapshotExpiredError, SnapshotView
 from snapshot.snapshot import Snapshot
 from upstream.merge import SourceInput
 from upstream.status import SourceStatus
@@ -42,10 +42,6 @@ class ClientState(enum.Enum):
     RUNNING = "running"
     CLOSING = "closing"
     CLOSED = "closed"
-
-
-class ResyncRequiredError(Exception):
-    """Raised by a watch that lost events (queue overflow) or outlived an epoch change."""
 
 
 @dataclass(frozen=True, slots=True)
