@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from typing import TypeVar
 
 import anyio
 from anyio.abc import TaskStatus
@@ -30,16 +31,25 @@ from rtr_server.cli_config import check_config, load_process_config
 from rtr_server.logs import configure
 from rtr_server.reload import ProcessConfig, Reloader
 from rtr_server.shutdown import ShutdownReport
+from upstream.source import SourceSetupError
 
 log = logging.getLogger("rtr_server")
 
 
+E = TypeVar("E", bound=BaseException)
+
+
 def _persistence_error(exc: BaseException) -> PersistenceError | None:
     """The persistence refusal inside ``exc`` (possibly wrapped in exception groups)."""
-    if isinstance(exc, PersistenceError):
+    return _inner(exc, PersistenceError)
+
+
+def _inner(exc: BaseException, kind: type[E]) -> E | None:
+    """The one ``kind`` error inside ``exc`` (possibly wrapped in exception groups)."""
+    if isinstance(exc, kind):
         return exc
     if isinstance(exc, BaseExceptionGroup) and len(exc.exceptions) == 1:
-        return _persistence_error(exc.exceptions[0])
+        return _inner(exc.exceptions[0], kind)
     return None
 
 
@@ -140,7 +150,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except OSError as exc:
         log.error("cannot serve: %s", exc)
         return 1
-    except (PersistenceError, BaseExceptionGroup) as exc:
+    except (PersistenceError, SourceSetupError, BaseExceptionGroup) as exc:
+        setup = _inner(exc, SourceSetupError)
+        if setup is not None:
+            # A configuration that can never work (checked before any network activity).
+            log.error("cannot start: %s", setup)
+            return 2
         refusal = _persistence_error(exc)
         if refusal is None:
             raise

@@ -73,9 +73,11 @@ PathElement = int | AbstractSet[int]
 
 
 class ResyncRequiredError(Exception):
-    """Raised by a subscription (the client's or a shared reader's ``watch``) that lost events
-    (queue overflow, a lost window) or outlived a change of the publisher's identity: close it,
-    enter ``watch`` again and revalidate from the new ``initial``."""
+    """Raised by a subscription (the client's or a shared reader's ``watch``) that lost events.
+
+    It lost them to a queue overflow or a lost window, or outlived a change of the publisher's
+    identity: close it, enter ``watch`` again and revalidate from the new ``initial``.
+    """
 
 
 class SnapshotExpiredError(Exception):

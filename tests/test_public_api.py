@@ -22,6 +22,7 @@ EXPECTED = {
         "ResyncRequiredError",
         "ClientSnapshot",
         "PayloadKind",
+        "SourceSetupError",
     },
     "persistence": {
         "PersistenceBackend",

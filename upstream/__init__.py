@@ -2,7 +2,8 @@
 
 The public face of the upstream half is what this package exports: `Client` and its
 configuration (`ClientConfig`, `SourceConfig`, `GroupConfig`), its snapshots, status and
-events, and the clock it may be given. Everything in the submodules that is not exported here
+events, the error entering it raises for a source that can never work (`SourceSetupError`),
+and the clock it may be given. Everything in the submodules that is not exported here
 is internal. ::
 
     async with Client(ClientConfig(sources=(SourceConfig("rpki", "/var/lib/rpki/export.json"),)))
@@ -27,6 +28,7 @@ from upstream.client import (
 )
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
+from upstream.source import SourceSetupError
 
 __all__ = [
     "Client",
@@ -42,6 +44,7 @@ __all__ = [
     "SnapshotEvent",
     "SnapshotExpiredError",
     "SourceConfig",
+    "SourceSetupError",
     "StatusEvent",
     "SystemClock",
     "Watch",

@@ -9,7 +9,10 @@ Lifecycle: created → open → running → closing → closed::
             with client.watch() as events:
                 async for event in events: ...
 
-`run` may be started once, in a task group the caller owns; there is no ``anyio.run`` inside.
+Entering binds the client to the current event loop and thread (any other refuses it) and
+prepares the sources (a CA file is read in a worker thread; one that can never work raises
+`SourceSetupError` before any network activity). `run` may be started once, in a task group the
+caller owns; there is no ``anyio.run`` inside.
 `aclose` is idempotent: it stops the sources, lets the aggregator publish a withdrawal that was
 already decided (no events are sent for it; `get_snapshot` has it), and waits at most
 ``cleanup_timeout``; if work is still busy (e.g. a parse in a worker thread) it says so in
@@ -28,11 +31,13 @@ time, and `ClientSnapshot.check` does the same against the client's own clock.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
 import anyio
+import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.kinds import PayloadKind
@@ -51,7 +56,7 @@ from upstream.events import (
     Watch,
 )
 from upstream.slurm_files import SlurmFiles
-from upstream.source import Source
+from upstream.source import Preparable, Source
 from upstream.timekeeper import TimeKeeper
 
 __all__ = [
@@ -80,10 +85,11 @@ class Client:
         clock: Clock | None = None,
         recovered: Mapping[str, Recovered] | None = None,
     ) -> None:
-        """Configure; nothing runs and no file or socket is touched until `run`.
+        """Configure only: no file or socket is touched before the client is entered.
 
-        ``recovered`` seeds sources of this configuration with payloads restored from
-        persisted state (by source name); a name not configured is an error.
+        Entering reads the sources' trust stores; nothing runs before `run`. ``recovered``
+        seeds sources of this configuration with payloads restored from persisted state (by
+        source name); a name not configured is an error.
         """
         self.config = config
         #: The effective time every judgement of this client uses (never moves back).
@@ -101,6 +107,9 @@ class Client:
         self._tg: TaskGroup | None = None
         self._aggregator_done: anyio.Event | None = None
         self._last_status_key: object = None
+        #: The event loop and thread the client was entered in (`_check_home`).
+        self._home: tuple[object, int] | None = None
+        self._entering = False
         #: The SLURM files and the policy in force (kept across `apply_config`).
         self.slurm = SlurmFiles(
             config.slurm, poll_interval=config.poll_interval, on_change=self._slurm_changed
@@ -120,8 +129,24 @@ class Client:
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Self:
-        if self.state is not ClientState.CREATED:
-            raise RuntimeError(f"cannot open a client that is {self.state.value}")
+        """Bind the client to this event loop and thread and prepare its sources.
+
+        Their trust stores are read in a worker thread; a source that can never work raises
+        `SourceSetupError` (a `ValueError`) and leaves the client CREATED. Entering again,
+        also while this runs, is refused.
+        """
+        if self.state is not ClientState.CREATED or self._entering:
+            what = "being opened" if self._entering else self.state.value
+            raise RuntimeError(f"cannot open a client that is {what}")
+        self._entering = True
+        self._home = _loop_identity()
+        try:
+            await _prepare(source for _, source in self._sources.values())
+        except BaseException:
+            self._home = None
+            raise
+        finally:
+            self._entering = False
         self.state = ClientState.OPEN
         self._changed = anyio.Event()
         return self
@@ -136,6 +161,7 @@ class Client:
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the sources until `aclose` or cancellation; may be started once."""
+        self._check_home()
         if self.state is not ClientState.OPEN:
             raise RuntimeError(
                 f"run() needs an open client that never ran; it is {self.state.value}"
@@ -169,6 +195,7 @@ class Client:
         thread) is not: the client stays CLOSING with ``cleanup_overdue`` set, and
         `wait_final_view` tells when the last view is complete.
         """
+        self._check_home()
         if self.state in (ClientState.CREATED, ClientState.OPEN):
             self._finish_close()
             return
@@ -225,6 +252,17 @@ class Client:
         """Wait until closing has ended every source task and built what they decided."""
         await self._aggregator.final_round.wait()
 
+    def _check_home(self) -> None:
+        """Refuse use from another event loop or thread than the one it was entered in.
+
+        It is no cross-loop client: hand other threads an immutable snapshot instead.
+        """
+        if self._home is not None and _loop_identity(required=False) != self._home:
+            raise RuntimeError(
+                "this Client belongs to the event loop and thread it was entered in; it "
+                "cannot be used from another (give other threads a snapshot instead)"
+            )
+
     def _scope_cancel(self) -> None:
         if self._scope is not None:
             self._scope.cancel()
@@ -271,6 +309,7 @@ class Client:
 
         Bound it with a cancel scope (``anyio.fail_after``) as with any wait.
         """
+        self._check_home()
         kinds = frozenset(required)
         while True:
             current = self._current
@@ -285,6 +324,7 @@ class Client:
 
     def watch(self, max_queue: int = 64) -> Watch:
         """Events from now on, starting with the current snapshot (if any)."""
+        self._check_home()
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
         send, receive = anyio.create_memory_object_stream[Event](max_queue)
@@ -304,17 +344,30 @@ class Client:
         Sources whose configuration is unchanged keep running and keep their data; removed
         ones are cancelled and nothing they deliver later is accepted; the group selection
         keeps its state (started groups, start-up windows, fail-back clocks). A configuration
-        whose sources cannot be built raises ValueError and changes nothing.
+        whose sources cannot be built or prepared (their trust stores are read in a worker
+        thread) raises ValueError and changes nothing.
         """
         if config.revision <= self.config.revision:
             raise ValueError(
                 f"revision {config.revision} is not above the current {self.config.revision}"
             )
+        self._check_home()
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             raise RuntimeError("the client is closing")
-        # Build first: a source that cannot be made (e.g. an unreadable CA file) raises here,
-        # before anything changed, so a refused configuration leaves the client as it was.
-        sources = self._make_sources(config)
+        # Build and prepare first: a source that cannot be made or prepared (e.g. an
+        # unreadable CA file) raises here, before anything changed, so a refused
+        # configuration leaves the client as it was.
+        while True:
+            base = self._sources
+            sources = self._make_sources(config)
+            if self.state is not ClientState.CREATED:
+                await _prepare(s for _, s in sources.values() if s not in self.sources)
+            if config.revision <= self.config.revision:
+                raise ValueError(f"revision {config.revision} is no longer above the current")
+            if self.state in (ClientState.CLOSING, ClientState.CLOSED):
+                raise RuntimeError("the client is closing")
+            if self._sources is base:
+                break  # else another revision was applied while this one prepared: redo
         self._sources = sources
         self.config = config
         self.keeper.tolerance = config.clock_tolerance
@@ -407,3 +460,21 @@ class Client:
         if self._changed is not None:
             self._changed.set()
             self._changed = anyio.Event()
+
+
+def _loop_identity(*, required: bool = True) -> tuple[object, int] | None:
+    """(this event loop's token, this thread's id); None outside any loop unless required."""
+    try:
+        token = anyio.lowlevel.current_token()
+    except Exception:
+        if required:
+            raise
+        return None
+    return token, threading.get_ident()
+
+
+async def _prepare(sources: Iterable[Source]) -> None:
+    """Await `Preparable.prepare` of every source that has set-up I/O, in order."""
+    for source in sources:
+        if isinstance(source, Preparable):
+            await source.prepare()

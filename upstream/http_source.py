@@ -83,6 +83,7 @@ from upstream.source import (
     DeliverySink,
     HeldExport,
     HoldsExports,
+    SourceSetupError,
 )
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
@@ -127,10 +128,12 @@ class HttpSource(HoldsExports):
         retry_max: float = 300.0,
         client: httpx.AsyncClient | None = None,
     ) -> None:
-        """Check the configuration (`ValueError` when it can never work); no network I/O.
+        """Check the configuration (`ValueError` when it can never work); no I/O at all.
 
-        ``ca_file`` (PEM) replaces the default trust store; it is read here, so a missing or
-        broken file is reported at once. ``client``, if given, is used and never closed.
+        ``ca_file`` (PEM) replaces the default trust store; it is read by `prepare` (which
+        the `Client` awaits on entering, and `run` and `check` before their first request),
+        so a missing or broken file is reported before any network activity. ``client``, if
+        given, is used and never closed.
         """
         self.url = parse_http_url(url)
         for option, value in (
@@ -159,19 +162,14 @@ class HttpSource(HoldsExports):
         )
         self._headers = SecretHeaders(headers)
         self._origin = origin_of(self.url)
-        self._verify: ssl.SSLContext | bool
+        #: The TLS verification of the requests; None until `prepare` loaded the trust store.
+        self._verify: ssl.SSLContext | bool | None = None
+        self._ca_file = None if ca_file is None else Path(ca_file)
         if not verify:
             if ca_file is not None:
                 raise ValueError("ca_file is useless with verify=False")
             self._verify = False
             log.warning("source %s: TLS certificates are NOT verified", self.name)
-        elif ca_file is not None:
-            try:
-                self._verify = ssl.create_default_context(cafile=str(ca_file))
-            except (OSError, ssl.SSLError) as exc:
-                raise ValueError(f"cannot use CA file {ca_file}: {exc}") from None
-        else:
-            self._verify = default_ssl_context()
         self._client = client
         self.status = SourceStatus(self.name, self.kind, str(self.url))
         #: Consecutive environment failures (the backoff exponent); reset by any other outcome.
@@ -235,8 +233,26 @@ class HttpSource(HoldsExports):
             log.warning("source %s: cannot fetch %s: %s", self.name, self.url, failure.message)
         return emitted
 
+    async def prepare(self) -> None:
+        """Load the trust store (``ca_file`` or the default) in a worker thread, once.
+
+        Raises `SourceSetupError` (a `ValueError`) when the CA file cannot be used; calling
+        again after that retries.
+        """
+        if self._verify is None:
+            self._verify = await anyio.to_thread.run_sync(self._load_trust)
+
+    def _load_trust(self) -> ssl.SSLContext:
+        if self._ca_file is None:
+            return default_ssl_context()
+        try:
+            return ssl.create_default_context(cafile=str(self._ca_file))
+        except (OSError, ssl.SSLError) as exc:
+            raise SourceSetupError(f"cannot use CA file {self._ca_file}: {exc}") from None
+
     def _make_client(self) -> httpx.AsyncClient:
         """The client `run` owns (proxies from the environment, as httpx does by default)."""
+        assert self._verify is not None, "prepare() loads the trust store first"
         return httpx.AsyncClient(
             verify=self._verify,
             timeout=self.timeout,
@@ -249,6 +265,7 @@ class HttpSource(HoldsExports):
         if self._client is not None:
             yield self._client
             return
+        await self.prepare()
         async with self._make_client() as client:
             yield client
 

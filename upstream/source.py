@@ -12,7 +12,7 @@ import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from snapshot.kinds import PayloadKind
 from upstream.json_format import check_generated
@@ -20,7 +20,16 @@ from upstream.payload import SourcePayload
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import TimeKeeper
 
-__all__ = ["Delivery", "DeliverySink", "HeldExport", "HoldsExports", "Source", "payload_identity"]
+__all__ = [
+    "Delivery",
+    "DeliverySink",
+    "HeldExport",
+    "HoldsExports",
+    "Preparable",
+    "Source",
+    "SourceSetupError",
+    "payload_identity",
+]
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +99,26 @@ class Source(Protocol):
 
     async def run(self, sink: DeliverySink) -> None:
         """Run until cancelled, calling ``sink`` with each delivery."""
+        ...
+
+
+class SourceSetupError(ValueError):
+    """A source's configuration cannot work (e.g. its CA file cannot be used).
+
+    Raised by `Preparable.prepare`, hence by entering a `Client` and by `Client.apply_config`.
+    """
+
+
+@runtime_checkable
+class Preparable(Protocol):
+    """A source with set-up I/O that can fail for configuration reasons (a CA file to read)."""
+
+    async def prepare(self) -> None:
+        """Do that set-up off the event loop, before any network activity.
+
+        Raises `SourceSetupError` when the configuration can never work. Idempotent once it
+        succeeded.
+        """
         ...
 
 

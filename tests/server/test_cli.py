@@ -187,3 +187,21 @@ def test_serves_and_stops_on_sigterm(tmp_path: Path, backend: str) -> None:
     assert "Traceback" not in text
     assert "rtr-serve stopped" in text
     assert stdout == b""
+
+
+def test_an_unusable_ca_file_exits_2_before_listening(tmp_path: Path) -> None:
+    """A source's CA file is read when the client is entered, before any listener or request:
+    an unusable one is one error line and exit status 2, not a traceback."""
+    port = free_port()
+    conf = tmp_path / "rtr-serve.toml"
+    conf.write_text(
+        '[[sources]]\nname = "web"\nurl = "https://192.0.2.1/rpki.json"\n'
+        f'ca_file = "{tmp_path / "missing.pem"}"\n'
+    )
+    result = run_cli("--config", str(conf), "--listen", f"127.0.0.1:{port}")
+    assert result.returncode == 2, result
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1, result.stderr
+    assert "cannot start: cannot use CA file" in errors[0]
+    assert "Traceback" not in result.stderr
+    assert "listening" not in result.stderr

@@ -26,7 +26,7 @@ from upstream.http_rules import parse_http_url, user_agent
 from upstream.http_source import HttpSource
 from upstream.json_format import parse_export
 from upstream.payload import SourcePayload
-from upstream.source import Delivery
+from upstream.source import Delivery, SourceSetupError
 from upstream.status import SourceState
 
 V1 = [("192.0.2.0/24", 24, 64496)]
@@ -181,7 +181,6 @@ def test_good_url(url: str) -> None:
         ({"headers": {"Authorization": f"Bearer {SECRET} "}}, "blanks"),
         ({"headers": {"If-None-Match": "x"}}, "set by the source"),
         ({"headers": {"Bad Name": "x"}}, "header name"),
-        ({"ca_file": "/nonexistent/ca.pem"}, "CA file"),
         ({"ca_file": "/nonexistent/ca.pem", "verify": False}, "verify"),
         ({"poll_interval": 0}, "poll_interval"),
         ({"max_bytes": 0}, "max_bytes"),
@@ -194,11 +193,17 @@ def test_bad_options_are_value_errors(kwargs: dict[str, object], message: str) -
     assert SECRET not in str(caught.value)
 
 
-def test_ca_file_is_loaded(tmp_path: Path) -> None:
+@pytest.mark.anyio
+async def test_ca_file_is_loaded_by_prepare_not_by_the_constructor(tmp_path: Path) -> None:
     pem = tmp_path / "ca.pem"
+    source = HttpSource("https://example.net/x.json", ca_file=pem)  # no file: no I/O yet
+    with pytest.raises(SourceSetupError, match="CA file"):
+        await source.prepare()
     pem.write_text("not a certificate\n")
-    with pytest.raises(ValueError, match="CA file"):
-        HttpSource("https://example.net/x.json", ca_file=pem)
+    with pytest.raises(SourceSetupError, match="CA file"):
+        await source.prepare()
+    with pytest.raises(SourceSetupError, match="CA file"):
+        await source.check(lambda delivery: None)  # a poll prepares first: no request made
 
 
 def test_secret_headers_are_not_in_repr() -> None:
