@@ -110,6 +110,8 @@ class Client:
         #: The event loop and thread the client was entered in (`_check_home`).
         self._home: tuple[object, int] | None = None
         self._entering = False
+        #: When `aclose` began (the keeper's monotonic clock); None before.
+        self._close_started: float | None = None
         #: The SLURM files and the policy in force (kept across `apply_config`).
         self.slurm = SlurmFiles(
             config.slurm, poll_interval=config.poll_interval, on_change=self._slurm_changed
@@ -206,6 +208,7 @@ class Client:
         self.state = ClientState.CLOSING
         assert self._done is not None
         started = anyio.current_time()
+        self._close_started = self.keeper.monotonic()
         agg = self._aggregator
         agg.close()
         with anyio.move_on_after(self.config.cleanup_timeout) as first:
@@ -241,9 +244,10 @@ class Client:
             self._scope_cancel()
             self.cleanup_overdue = True
             log.warning(
-                "client close: still busy after %.1f s (e.g. a parse in a worker thread); "
-                "it stops when that returns",
+                "client close: still busy after %.1f s, waiting for: %s (e.g. a parse in a "
+                "worker thread); it stops when that returns",
                 anyio.current_time() - started,
+                ", ".join(self._cleanup_pending()) or "-",
             )
             return
         self._finish_close()
@@ -300,7 +304,25 @@ class Client:
             sources=tuple(source.status for _, source in self._sources.values()),
             cleanup_overdue=self.cleanup_overdue,
             availability={name: a.value for name, a in agg.availability().items()},
+            cleanup_pending=self._cleanup_pending(),
+            cleanup_elapsed=(
+                None
+                if self._close_started is None or self.state is not ClientState.CLOSING
+                else self.keeper.monotonic() - self._close_started
+            ),
         )
+
+    def _cleanup_pending(self) -> tuple[str, ...]:
+        """What a close in progress still waits for (see `ClientStatus.cleanup_pending`)."""
+        if self.state is not ClientState.CLOSING:
+            return ()
+        agg = self._aggregator
+        held = [f"source task {name}" for name in agg.still_running()]
+        if agg.cleanup_pending:
+            held.append("last build")
+        if self._done is not None and not self._done.is_set():
+            held.append("client tasks")
+        return tuple(held)
 
     async def wait_ready(
         self, required: Iterable[PayloadKind] = (PayloadKind.VRP,)

@@ -104,6 +104,11 @@ class ClientStatus:
     #: What each source's data is worth now (``ready``, ``ready_empty``, ``expired``,
     #: ``untrusted``, ``revoked``, ``none``).
     availability: dict[str, str] = field(default_factory=dict)
+    #: While closing: what the close still waits for (``source task <name>``, ``last build``,
+    #: ``client tasks``); empty otherwise.
+    cleanup_pending: tuple[str, ...] = ()
+    #: While closing: seconds since `Client.aclose` began (monotonic); None otherwise.
+    cleanup_elapsed: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -203,7 +203,16 @@ async def test_aclose_during_a_slow_load_is_bounded_and_honest(
                 await client.aclose()
             assert client.cleanup_overdue
             assert client.state is ClientState.CLOSING  # not pretending to be closed
-            assert client.get_status().cleanup_overdue
+            status = client.get_status()
+            assert status.cleanup_overdue
+            # What is still held, and for how long the close has waited (contract L-09).
+            assert status.cleanup_pending == ("source task a.json", "client tasks")
+            assert status.cleanup_elapsed is not None
+            assert 0.3 <= status.cleanup_elapsed < 2.0
+            await anyio.sleep(0.1)
+            later = client.get_status().cleanup_elapsed
+            assert later is not None
+            assert later >= status.cleanup_elapsed + 0.1
             assert not client.final_view_committed  # a source task has not ended yet
             release.set()
             with anyio.fail_after(5):
@@ -212,6 +221,8 @@ async def test_aclose_during_a_slow_load_is_bounded_and_honest(
         release.set()
     assert client.final_view_committed
     assert client.state is ClientState.CLOSED
+    assert client.get_status().cleanup_pending == ()
+    assert client.get_status().cleanup_elapsed is None
 
 
 async def test_restart_with_the_same_file_never_extends_life(tmp_path: Path) -> None:
