@@ -31,18 +31,17 @@ time, and `ClientSnapshot.check` does the same against the client's own clock.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Iterable, Mapping
 from types import TracebackType
 from typing import Self
 
 import anyio
-import anyio.lowlevel
 from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.kinds import PayloadKind
 from snapshot.queries import SnapshotExpiredError
 from upstream.aggregate import Aggregator, Build, Group, Recovered
+from upstream.client_setup import loop_identity, prepare_sources
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
 from upstream.events import (
@@ -56,7 +55,7 @@ from upstream.events import (
     Watch,
 )
 from upstream.slurm_files import SlurmFiles
-from upstream.source import Preparable, Source
+from upstream.source import Source
 from upstream.timekeeper import TimeKeeper
 
 __all__ = [
@@ -141,9 +140,9 @@ class Client:
             what = "being opened" if self._entering else self.state.value
             raise RuntimeError(f"cannot open a client that is {what}")
         self._entering = True
-        self._home = _loop_identity()
+        self._home = loop_identity()
         try:
-            await _prepare(source for _, source in self._sources.values())
+            await prepare_sources(source for _, source in self._sources.values())
         except BaseException:
             self._home = None
             raise
@@ -261,7 +260,7 @@ class Client:
 
         It is no cross-loop client: hand other threads an immutable snapshot instead.
         """
-        if self._home is not None and _loop_identity(required=False) != self._home:
+        if self._home is not None and loop_identity(required=False) != self._home:
             raise RuntimeError(
                 "this Client belongs to the event loop and thread it was entered in; it "
                 "cannot be used from another (give other threads a snapshot instead)"
@@ -383,7 +382,7 @@ class Client:
             base = self._sources
             sources = self._make_sources(config)
             if self.state is not ClientState.CREATED:
-                await _prepare(s for _, s in sources.values() if s not in self.sources)
+                await prepare_sources(s for _, s in sources.values() if s not in self.sources)
             if config.revision <= self.config.revision:
                 raise ValueError(f"revision {config.revision} is no longer above the current")
             if self.state in (ClientState.CLOSING, ClientState.CLOSED):
@@ -482,21 +481,3 @@ class Client:
         if self._changed is not None:
             self._changed.set()
             self._changed = anyio.Event()
-
-
-def _loop_identity(*, required: bool = True) -> tuple[object, int] | None:
-    """(this event loop's token, this thread's id); None outside any loop unless required."""
-    try:
-        token = anyio.lowlevel.current_token()
-    except Exception:
-        if required:
-            raise
-        return None
-    return token, threading.get_ident()
-
-
-async def _prepare(sources: Iterable[Source]) -> None:
-    """Await `Preparable.prepare` of every source that has set-up I/O, in order."""
-    for source in sources:
-        if isinstance(source, Preparable):
-            await source.prepare()
