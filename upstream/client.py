@@ -303,6 +303,8 @@ class Client:
             sources=tuple(source.status for _, source in self._sources.values()),
             cleanup_overdue=self.cleanup_overdue,
             availability={name: a.value for name, a in agg.availability().items()},
+            ready=self._current is not None
+            and all(self._current.active.get(k) is not None for k in self.config.required),
             cleanup_pending=self._cleanup_pending(),
             cleanup_elapsed=(
                 None
@@ -323,15 +325,16 @@ class Client:
             held.append("client tasks")
         return tuple(held)
 
-    async def wait_ready(
-        self, required: Iterable[PayloadKind] = (PayloadKind.VRP,)
-    ) -> ClientSnapshot:
+    async def wait_ready(self, required: Iterable[PayloadKind] | None = None) -> ClientSnapshot:
         """Wait until a snapshot exists whose ``required`` kinds each have an active group.
 
+        ``required`` defaults to `ClientConfig.required`; given, it constrains this wait only.
         Bound it with a cancel scope (``anyio.fail_after``) as with any wait.
         """
         self._check_home()
-        kinds = frozenset(required)
+        kinds = self.config.required if required is None else frozenset(required)
+        if not kinds:
+            raise ValueError("wait_ready: name at least one payload kind")
         while True:
             current = self._current
             if current is not None and all(current.active[k] is not None for k in kinds):

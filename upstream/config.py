@@ -7,10 +7,11 @@ before any network activity. `make_source` builds the source for one entry: a fi
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from snapshot.kinds import PayloadKind
 from upstream.file_source import FileSource
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
 from upstream.selection import GroupSpec
@@ -88,6 +89,9 @@ class ClientConfig:
     revision: int = 0
     #: SLURM files (RFC 8416, with ASPA) applied to every snapshot; see `upstream.slurm_files`.
     slurm: tuple[str, ...] = ()
+    #: The kinds that must each have an active group for the client to be ready: the default
+    #: of `Client.wait_ready` and `ClientStatus.ready` (never a judgement of the data's trust).
+    required: frozenset[PayloadKind] = field(default=frozenset({PayloadKind.VRP}))
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -106,6 +110,8 @@ class ClientConfig:
                 check_source_url(source.url)
             except ValueError as exc:
                 raise ValueError(f"sources[{i}].url: {exc}") from None
+        if not self.required:
+            raise ValueError("required: name at least one payload kind")
         for i, path in enumerate(self.slurm):
             if not path:
                 raise ValueError(f"slurm[{i}]: empty path")

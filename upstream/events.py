@@ -104,6 +104,8 @@ class ClientStatus:
     #: What each source's data is worth now (``ready``, ``ready_empty``, ``expired``,
     #: ``untrusted``, ``revoked``, ``none``).
     availability: dict[str, str] = field(default_factory=dict)
+    #: Each kind of `ClientConfig.required` has an active group (the client's readiness).
+    ready: bool = False
     #: While closing: what the close still waits for (``source task <name>``, ``last build``,
     #: ``client tasks``); empty otherwise.
     cleanup_pending: tuple[str, ...] = ()
