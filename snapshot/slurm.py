@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 import ipaddress
 import json
 from collections.abc import Callable, Iterable
@@ -152,6 +153,10 @@ class SlurmPolicy:
             "bgpsecAssertions": len(self.bgpsec_assertions),
             "aspaAssertions": len(self.aspa_assertions),
         }
+
+    def identity(self) -> str:
+        """The SHA-256 (hex) of the policy's entries in order: equal policies, equal ids."""
+        return hashlib.sha256(repr(self).encode()).hexdigest()
 
     def summary(self) -> str:
         """``prefixFilters=2, aspaAssertions=1`` (non-zero counts only), or ``empty``."""

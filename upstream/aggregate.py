@@ -492,4 +492,6 @@ class Aggregator:
             return None
         self._next_change = built.next_change
         selected = dict(self.active)
-        return Build(built.snapshot, selected, until, self.inputs(), judged)
+        return Build(
+            built.snapshot, selected, until, self.inputs(), judged, slurm_id=policy.identity()
+        )

@@ -453,6 +453,7 @@ class Client:
             config_revision=self.config.revision,
             evaluated_at=build.evaluated_at,
             keeper=self.keeper,
+            policy_id=self.config.policy_id(build.slurm_id),
         )
         self._current = current
         if self.state is ClientState.CLOSING:

@@ -7,6 +7,7 @@ before any network activity. `make_source` builds the source for one entry: a fi
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -117,6 +118,14 @@ class ClientConfig:
                 raise ValueError(f"slurm[{i}]: empty path")
             if self.slurm.index(path) != i:
                 raise ValueError(f"slurm[{i}]: {path!r} is given twice")
+
+    def policy_id(self, slurm_id: str) -> str:
+        """The identity (SHA-256, hex) of the policy a snapshot is judged under.
+
+        It covers the SLURM policy applied (`SlurmPolicy.identity`) and the record limit.
+        """
+        text = f"slurm={slurm_id};max_aspa_providers={self.max_aspa_providers}"
+        return hashlib.sha256(text.encode()).hexdigest()
 
     def effective_groups(self) -> tuple[GroupConfig, ...]:
         """The configured groups, or the implicit one."""

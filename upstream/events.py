@@ -65,6 +65,9 @@ class ClientSnapshot:
     evaluated_at: float = 0.0
     #: The client's effective clock (`check` reads it); None: `check` needs ``now``.
     keeper: TimeKeeper | None = None
+    #: The identity of the policy it was judged under (the SLURM policy applied and the
+    #: client's record limits): equal data under another policy is another publish.
+    policy_id: str = ""
 
     @property
     def usable_until(self) -> float | None:

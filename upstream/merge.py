@@ -67,6 +67,8 @@ class Build:
     inputs: tuple[SourceInput, ...]
     #: The effective time the data was judged at.
     evaluated_at: float
+    #: `SlurmPolicy.identity` of the SLURM policy applied.
+    slurm_id: str = ""
 
 
 Timed = tuple[SourcePayload, int]  # a payload and the time its entries are judged at

@@ -202,6 +202,9 @@ async def test_client_applies_the_policy(tmp_path: Path) -> None:
         with anyio.fail_after(5):
             ready = await client.wait_ready()
         assert set(ready.snapshot.vrps()) == {Vrp.parse(*B)}
+        # The publish carries the identity of the policy it was judged under (contract L-36b).
+        first_policy = ready.policy_id
+        assert len(first_policy) == 64
 
         doc = slurm(
             prefixAssertions=[{"prefix": "203.0.113.0/24", "asn": 64499}],
@@ -213,6 +216,8 @@ async def test_client_applies_the_policy(tmp_path: Path) -> None:
         current = client.get_snapshot()
         assert current is not None
         assert current.snapshot.aspas == (Aspa(64500, (64501,)),)
+        second_policy = current.policy_id
+        assert second_policy != first_policy
 
         # A broken change keeps the last policy in force, also when the source changes.
         generation = client.generation
@@ -221,10 +226,17 @@ async def test_client_applies_the_policy(tmp_path: Path) -> None:
         assert client.generation == generation
         write_atomically(source, export([A]))
         await wait_for(lambda: vrps_of(client) == {Vrp.parse(*A), c})
+        current = client.get_snapshot()
+        assert current is not None
+        assert current.policy_id == second_policy  # the same policy: the same identity
 
         # apply_config without SLURM files: the policy goes away.
         await client.apply_config(
             ClientConfig((SourceConfig("export", str(source)),), poll_interval=0.02, revision=1)
         )
         await wait_for(lambda: vrps_of(client) == {Vrp.parse(*A)})
+        current = client.get_snapshot()
+        assert current is not None
+        assert current.policy_id not in (first_policy, second_policy)
+        assert current.policy_id == client.config.policy_id(EMPTY_POLICY.identity())
         await client.aclose()
