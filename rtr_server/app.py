@@ -77,7 +77,7 @@ class App:
         self.keeping = StateKeeping(clock.wall)
         #: The upstream client; None for a follower (``--state-reader``), which runs no sources.
         self.client: Client | None = (
-            None if config.state_reader else Client(config.client_config(), clock=clock)
+            None if config.state_reader else Client(config.client_config(), _clock=clock)
         )
         self.follower: StateFollower | None = None
         #: Prometheus collectors of this app (served on /metrics); never the global registry.

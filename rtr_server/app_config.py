@@ -79,6 +79,7 @@ class AppConfig:
             poll_interval=self.poll_interval,
             max_aspa_providers=self.max_aspa_providers,
             slurm=self.slurm,
+            reference_time=self.reference_time,
         )
 
 

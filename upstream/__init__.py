@@ -2,9 +2,10 @@
 
 The public face of the upstream half is what this package exports: `Client` and its
 configuration (`ClientConfig`, `SourceConfig`, `GroupConfig`), its snapshots, status and
-events, the error entering it raises for a source that can never work (`SourceSetupError`),
-and the clock it may be given. Everything in the submodules that is not exported here
-is internal. ::
+events, and the error entering it raises for a source that can never work (`SourceSetupError`).
+Time has no public API (the client samples UTC and monotonic time itself;
+`ClientConfig.reference_time` freezes UTC for an offline evaluation). Everything in the
+submodules that is not exported here is internal. ::
 
     async with Client(ClientConfig(sources=(SourceConfig("rpki", "/var/lib/rpki/export.json"),)))
             as client:
@@ -26,7 +27,6 @@ from upstream.client import (
     StatusEvent,
     Watch,
 )
-from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.source import SourceSetupError
 
@@ -36,7 +36,6 @@ __all__ = [
     "ClientSnapshot",
     "ClientState",
     "ClientStatus",
-    "Clock",
     "Event",
     "GroupConfig",
     "PayloadKind",
@@ -46,6 +45,5 @@ __all__ = [
     "SourceConfig",
     "SourceSetupError",
     "StatusEvent",
-    "SystemClock",
     "Watch",
 ]

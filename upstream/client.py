@@ -42,7 +42,7 @@ from snapshot.kinds import PayloadKind
 from snapshot.queries import SnapshotExpiredError
 from upstream.aggregate import Aggregator, Build, Group, Recovered
 from upstream.client_setup import loop_identity, prepare_sources
-from upstream.clock import Clock, SystemClock
+from upstream.clock import Clock, FixedWallClock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
 from upstream.events import (
     ClientSnapshot,
@@ -81,18 +81,24 @@ class Client:
         self,
         config: ClientConfig,
         *,
-        clock: Clock | None = None,
         recovered: Mapping[str, Recovered] | None = None,
+        _clock: Clock | None = None,
     ) -> None:
         """Configure only: no file or socket is touched before the client is entered.
 
         Entering reads the sources' trust stores; nothing runs before `run`. ``recovered``
         seeds sources of this configuration with payloads restored from persisted state (by
-        source name); a name not configured is an error.
+        source name); a name not configured is an error. Time is sampled from the system's
+        UTC and monotonic clocks (frozen at `ClientConfig.reference_time` for an offline
+        evaluation); ``_clock`` is the internal hook through which tests and the server's own
+        parts share other samplers, not an API.
         """
         self.config = config
         #: The effective time every judgement of this client uses (never moves back).
-        self.keeper = TimeKeeper(clock or SystemClock(), tolerance=config.clock_tolerance)
+        if _clock is None:
+            ref = config.reference_time
+            _clock = SystemClock() if ref is None else FixedWallClock(ref)
+        self.keeper = TimeKeeper(_clock, tolerance=config.clock_tolerance)
         self.clock: Clock = self.keeper
         self.state = ClientState.CREATED
         self.epoch = 0

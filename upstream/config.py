@@ -93,6 +93,9 @@ class ClientConfig:
     #: The kinds that must each have an active group for the client to be ready: the default
     #: of `Client.wait_ready` and `ClientStatus.ready` (never a judgement of the data's trust).
     required: frozenset[PayloadKind] = field(default=frozenset({PayloadKind.VRP}))
+    #: Unix seconds: judge every ``expires`` at this fixed UTC time (an offline evaluation,
+    #: whose results are never trusted online); None: the system clock.
+    reference_time: float | None = None
 
     def __post_init__(self) -> None:
         if not self.sources:

@@ -231,7 +231,7 @@ async def test_restart_with_the_same_file_never_extends_life(tmp_path: Path) -> 
     clock = FakeClock(wall=1_800_000_000, monotonic=1_800_000_000)
     for expected in (1, 0):
         # First run before the entry's expiry; a "restart" after it serves nothing.
-        async with Client(config(path), clock=clock) as client, anyio.create_task_group() as tg:
+        async with Client(config(path), _clock=clock) as client, anyio.create_task_group() as tg:
             await tg.start(client.run)
             await wait_for(lambda: client.get_snapshot() is not None)
             snap = client.get_snapshot()
@@ -253,7 +253,7 @@ async def test_an_old_snapshot_refuses_each_kind_past_its_usable_until(tmp_path:
         "aspas": [{"customer_asid": 64500, "providers": [64501], "expires": 1_800_000_050}],
     }
     write_atomically(path, dumps(doc))
-    async with Client(config(path), clock=clock) as client, anyio.create_task_group() as tg:
+    async with Client(config(path), _clock=clock) as client, anyio.create_task_group() as tg:
         await tg.start(client.run)
         with anyio.fail_after(5):
             snap = await client.wait_ready()
@@ -356,7 +356,7 @@ async def test_the_time_floor_survives_commits_and_a_re_added_source(tmp_path: P
             else any(str(v.prefix) == "192.0.2.0/24" for v in snap.snapshot.vrps())
         )
 
-    async with Client(config(a, b), clock=clock) as client, anyio.create_task_group() as tg:
+    async with Client(config(a, b), _clock=clock) as client, anyio.create_task_group() as tg:
         await tg.start(client.run)
         await wait_for(lambda: has_a(client) is True)
         clock.move_wall(-3600)  # set back ...

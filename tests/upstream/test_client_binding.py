@@ -170,3 +170,24 @@ def _self_signed_pem() -> str:
         .sign(key, hashes.SHA256())
     )
     return cert.public_bytes(serialization.Encoding.PEM).decode()
+
+
+async def test_reference_time_is_the_public_way_to_freeze_the_clock(tmp_path: Path) -> None:
+    """Contract L-47: no public clock API; an offline evaluation is `reference_time`."""
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A, expires=1_700_000_000))
+    for reference, served in ((1_699_999_000.0, 1), (1_700_000_500.0, 0)):
+        config = ClientConfig(
+            (SourceConfig("a", str(path)),), poll_interval=0.05, reference_time=reference
+        )
+        async with Client(config) as client, anyio.create_task_group() as tg:
+            await tg.start(client.run)
+            with anyio.fail_after(5):
+                ready = await client.wait_ready()
+            assert ready.snapshot.vrp_count == served
+            assert abs(client.keeper.wall() - reference) < 1e-6
+            await client.aclose()
+    import upstream
+
+    assert "Clock" not in upstream.__all__
+    assert "SystemClock" not in upstream.__all__

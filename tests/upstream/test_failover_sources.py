@@ -87,7 +87,7 @@ async def test_rtr_primary_http_backup_startup_failback_and_expiry(tmp_path: Pat
                 GroupConfig("backup", 20, startup_timeout=STARTUP, failback_delay=FAILBACK),
             ),
         )
-        async with Client(config, clock=clock) as client, anyio.create_task_group() as tg:
+        async with Client(config, _clock=clock) as client, anyio.create_task_group() as tg:
             (rtr,) = [s for s in client.sources if isinstance(s, RtrSource)]
             quick(rtr)
             await tg.start(client.run)

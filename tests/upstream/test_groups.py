@@ -318,7 +318,7 @@ async def test_a_configuration_commit_keeps_the_selection_state(tmp_path: Path) 
     write_atomically(backup, export(B))
     clock = FakeClock(wall=1_700_000_000.0, monotonic="real")
     async with (
-        Client(client_config(primary, backup, 0), clock=clock) as client,
+        Client(client_config(primary, backup, 0), _clock=clock) as client,
         anyio.create_task_group() as tg,
     ):
         await tg.start(client.run)
