@@ -24,9 +24,11 @@ from upstream.client import (
     SnapshotExpiredError,
     StatusEvent,
     Watch,
+    WatchClosed,
 )
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
+from upstream.events import EventId, SnapshotId, SourceChange
 
 __all__ = [
     "Client",
@@ -36,13 +38,17 @@ __all__ = [
     "ClientStatus",
     "Clock",
     "Event",
+    "EventId",
     "GroupConfig",
     "PayloadKind",
     "ResyncRequiredError",
     "SnapshotEvent",
     "SnapshotExpiredError",
+    "SnapshotId",
+    "SourceChange",
     "SourceConfig",
     "StatusEvent",
     "SystemClock",
     "Watch",
+    "WatchClosed",
 ]

@@ -40,15 +40,27 @@ from snapshot.queries import SnapshotExpiredError
 from upstream.aggregate import Aggregator, Build, Group, Recovered
 from upstream.clock import Clock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.event_diff import (
+    DEFAULT_EVENT_SIZE_LIMIT,
+    EVERYTHING,
+    OFF_LOOP_RECORDS,
+    Changes,
+    diff_snapshots,
+    input_changes,
+    status_changes,
+    status_key,
+)
 from upstream.events import (
     ClientSnapshot,
     ClientState,
     ClientStatus,
     Event,
+    EventId,
     ResyncRequiredError,
     SnapshotEvent,
     StatusEvent,
     Watch,
+    WatchClosed,
 )
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
@@ -65,6 +77,7 @@ __all__ = [
     "SnapshotExpiredError",
     "StatusEvent",
     "Watch",
+    "WatchClosed",
 ]
 
 log = logging.getLogger(__name__)
@@ -72,6 +85,14 @@ log = logging.getLogger(__name__)
 
 class Client:
     """Runs sources in groups and keeps the current snapshot; see the module docstring."""
+
+    #: Changes per kind beyond which a `SnapshotEvent` asks for a full revalidation instead.
+    event_size_limit: int = DEFAULT_EVENT_SIZE_LIMIT
+    #: The last event's sequence number (snapshot and status events share it).
+    event_sequence: int = 0
+    #: The number of status events sent.
+    status_sequence: int = 0
+    _last_status: ClientStatus | None = None
 
     def __init__(
         self,
@@ -232,7 +253,7 @@ class Client:
     def _finish_close(self) -> None:
         self.state = ClientState.CLOSED
         for watch in list(self._watches):
-            watch.fail(ResyncRequiredError("the client closed"))
+            watch.end()  # a normal end (a gap before it still raises ResyncRequiredError)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -284,16 +305,22 @@ class Client:
             await changed.wait()
 
     def watch(self, max_queue: int = 64) -> Watch:
-        """Events from now on, starting with the current snapshot (if any)."""
+        """Subscribe: ``initial``, ``initial_status`` and every later event, at one point.
+
+        The three are taken without an await (no publish falls in between).
+
+        Each watch has its own queue of ``max_queue`` events; overflowing it makes the watch
+        raise `ResyncRequiredError` from then on; a normal end (the client closed) ends the
+        iteration (`receive` raises `WatchClosed`).
+        """
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
-        send, receive = anyio.create_memory_object_stream[Event](max_queue)
-        watch = Watch(self._watches.discard, self.epoch, send, receive)
-        if self.state is ClientState.CLOSED:
-            watch.fail(ResyncRequiredError("the client closed"))
+        watch = Watch(
+            self._watches.discard, self.epoch, max_queue, self._current, self.get_status()
+        )
+        if self.state in (ClientState.CLOSING, ClientState.CLOSED):
+            watch.end()
             return watch
-        if self._current is not None:
-            watch.offer(SnapshotEvent(self._current))
         self._watches.add(watch)
         return watch
 
@@ -365,6 +392,22 @@ class Client:
         await self._tg.start(run_it)
 
     async def _on_build(self, build: Build) -> None:
+        before = self._current
+        changes: Changes = EVERYTHING
+        try:
+            if self.state is not ClientState.CLOSING and self._watches:
+                old = None if before is None else before.snapshot
+                size = build.snapshot.vrp_count + (0 if old is None else old.vrp_count)
+                args = (old, build.snapshot, self.event_size_limit)
+                if size > OFF_LOOP_RECORDS:
+                    changes = await anyio.to_thread.run_sync(diff_snapshots, *args)
+                else:
+                    changes = diff_snapshots(*args)
+        finally:
+            self._commit(build, before, changes)  # no await: publish and events are one step
+
+    def _commit(self, build: Build, before: ClientSnapshot | None, changes: Changes) -> None:
+        """Publish ``build`` and send its event (no await)."""
         self.generation += 1
         current = ClientSnapshot(
             build.snapshot,
@@ -380,8 +423,36 @@ class Client:
         self._current = current
         if self.state is ClientState.CLOSING:
             return  # the view is committed; no events once closing began
+        if before is None:
+            reason = "initial"
+        elif before.config_revision != current.config_revision:
+            reason = "config"
+        else:
+            reason = "refresh" if changes.empty else "data"
+        self.event_sequence += 1
+        event = SnapshotEvent(
+            EventId(self.epoch, self.event_sequence),
+            current,
+            None if before is None else before.id,
+            current.id,
+            None if before is None else before.config_revision,
+            current.config_revision,
+            reason,
+            changes.vrps_added,
+            changes.vrps_removed,
+            changes.router_keys_added,
+            changes.router_keys_removed,
+            changes.aspa_changes,
+            input_changes(before, current),
+            changes.affected_prefixes,
+            changes.affected_customers,
+            changes.requires_full_revalidation,
+        )
+        self._send(event)
+
+    def _send(self, event: Event) -> None:
         for watch in list(self._watches):
-            watch.offer(SnapshotEvent(current))
+            watch.offer(event)
         self._wake()
 
     def _slurm_changed(self) -> None:
@@ -389,19 +460,24 @@ class Client:
 
     def _on_status(self) -> None:
         status = self.get_status()
-        key = (
-            tuple(sorted((k.value, v or "") for k, v in status.active.items())),
-            tuple((s.name, s.state) for s in status.sources),
-            tuple(sorted(status.availability.items())),
-        )
+        key = status_key(status)
         if key == self._last_status_key:
             return
-        self._last_status_key = key
+        before, self._last_status_key, self._last_status = self._last_status, key, status
         if self.state is ClientState.CLOSING:
             return
-        for watch in list(self._watches):
-            watch.offer(StatusEvent(status))
-        self._wake()
+        self.event_sequence += 1
+        self.status_sequence += 1
+        current = self._current
+        self._send(
+            StatusEvent(
+                EventId(self.epoch, self.event_sequence),
+                status,
+                None if current is None else current.id,
+                status_changes(before, status),
+                self.status_sequence,
+            )
+        )
 
     def _wake(self) -> None:
         if self._changed is not None:
