@@ -27,6 +27,7 @@ time, and `ClientSnapshot.check` does the same against the client's own clock.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -280,7 +281,8 @@ class Client:
             generation=self.generation,
             active=dict(agg.active),
             started_groups=tuple(sorted(agg.started_groups())),
-            sources=tuple(source.status for _, source in self._sources.values()),
+            # Copies: a report keeps what it saw (the sources go on updating their own).
+            sources=tuple(copy.copy(source.status) for _, source in self._sources.values()),
             cleanup_overdue=self.cleanup_overdue,
             availability={name: a.value for name, a in agg.availability().items()},
         )
