@@ -15,7 +15,8 @@ already decided (no events are sent for it; `get_snapshot` has it), and waits at
 ``cleanup_timeout``; if work is still busy (e.g. a parse in a worker thread) it says so in
 ``cleanup_overdue`` and the state stays CLOSING instead of pretending to be closed. `watch`
 gives an atomic initial snapshot and then a bounded queue of `SnapshotEvent`/`StatusEvent`; on
-overflow the watch raises a sticky `ResyncRequiredError`. `apply_config` changes groups and
+overflow the watch raises a sticky `ResyncRequiredError`, at close it ends normally, and
+``watch(after=event_id)`` resumes from the bounded `event_log`. `apply_config` changes groups and
 sources in place with a higher revision: unchanged sources keep running with their data, the
 group selection keeps its started groups, windows and fail-back clocks, removed sources are
 cancelled and their late results are never accepted; the next snapshot carries the revision.
@@ -47,10 +48,11 @@ from upstream.event_diff import (
     OFF_LOOP_RECORDS,
     Changes,
     diff_snapshots,
-    input_changes,
+    snapshot_event,
     status_changes,
     status_key,
 )
+from upstream.event_log import DEFAULT_EVENT_LOG_SIZE, EventLog
 from upstream.events import (
     ClientSnapshot,
     ClientState,
@@ -94,6 +96,9 @@ class Client:
     #: The number of status events sent.
     status_sequence: int = 0
     _last_status: ClientStatus | None = None
+    #: Events the event log keeps (`watch` ``after=`` resumes within them).
+    event_log_size: int = DEFAULT_EVENT_LOG_SIZE
+    _log: EventLog | None = None
 
     def __init__(
         self,
@@ -306,14 +311,23 @@ class Client:
                 raise RuntimeError("wait_ready() needs an open client")
             await changed.wait()
 
-    def watch(self, max_queue: int = 64) -> Watch:
+    @property
+    def event_log(self) -> EventLog:
+        """The last `event_log_size` events, written with the same step that wakes watches."""
+        if self._log is None:
+            self._log = EventLog(self.epoch, self.event_log_size)
+        return self._log
+
+    def watch(self, max_queue: int = 64, *, after: EventId | None = None) -> Watch:
         """Subscribe: ``initial``, ``initial_status`` and every later event, at one point.
 
         The three are taken without an await (no publish falls in between).
 
         Each watch has its own queue of ``max_queue`` events; overflowing it makes the watch
         raise `ResyncRequiredError` from then on; a normal end (the client closed) ends the
-        iteration (`receive` raises `WatchClosed`).
+        iteration (`receive` raises `WatchClosed`). With ``after`` (an event id seen earlier),
+        the logged events since it are queued first; a window no longer kept, another epoch or
+        more than ``max_queue`` of them make the watch resync-required at once.
         """
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
@@ -323,6 +337,14 @@ class Client:
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             watch.end()
             return watch
+        if after is not None:
+            try:
+                missed = self.event_log.after(after)
+            except ResyncRequiredError as exc:
+                watch.fail(exc)
+                return watch
+            for event in missed:
+                watch.offer(event)
         self._watches.add(watch)
         return watch
 
@@ -397,7 +419,7 @@ class Client:
         before = self._current
         changes: Changes = EVERYTHING
         try:
-            if self.state is not ClientState.CLOSING and self._watches:
+            if self.state is not ClientState.CLOSING:  # the event log keeps it too
                 old = None if before is None else before.snapshot
                 size = build.snapshot.vrp_count + (0 if old is None else old.vrp_count)
                 args = (old, build.snapshot, self.event_size_limit)
@@ -425,34 +447,12 @@ class Client:
         self._current = current
         if self.state is ClientState.CLOSING:
             return  # the view is committed; no events once closing began
-        if before is None:
-            reason = "initial"
-        elif before.config_revision != current.config_revision:
-            reason = "config"
-        else:
-            reason = "refresh" if changes.empty else "data"
         self.event_sequence += 1
-        event = SnapshotEvent(
-            EventId(self.epoch, self.event_sequence),
-            current,
-            None if before is None else before.id,
-            current.id,
-            None if before is None else before.config_revision,
-            current.config_revision,
-            reason,
-            changes.vrps_added,
-            changes.vrps_removed,
-            changes.router_keys_added,
-            changes.router_keys_removed,
-            changes.aspa_changes,
-            input_changes(before, current),
-            changes.affected_prefixes,
-            changes.affected_customers,
-            changes.requires_full_revalidation,
-        )
+        event = snapshot_event(EventId(self.epoch, self.event_sequence), before, current, changes)
         self._send(event)
 
     def _send(self, event: Event) -> None:
+        self.event_log.append(event)  # one commit record: the log and every watch, no await
         for watch in list(self._watches):
             watch.offer(event)
         self._wake()

@@ -1,4 +1,4 @@
-"""What a publish changed: `diff_snapshots` (pure, may run in a worker thread), source changes.
+"""What a publish changed: `diff_snapshots` (pure, may run in a thread), `snapshot_event`.
 
 Built on `snapshot.delta.compute_delta` (net changes). A kind with more changes than the limit
 is named in ``requires_full_revalidation`` and none of its changes are listed, never a
@@ -16,7 +16,7 @@ from snapshot.kinds import PayloadKind
 from snapshot.model import IPNetwork, RouterKey, Vrp
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, split_keys
 from snapshot.snapshot import Snapshot
-from upstream.events import ClientSnapshot, ClientStatus, SourceChange
+from upstream.events import ClientSnapshot, ClientStatus, EventId, SnapshotEvent, SourceChange
 
 __all__ = [
     "DEFAULT_EVENT_SIZE_LIMIT",
@@ -25,6 +25,7 @@ __all__ = [
     "Changes",
     "diff_snapshots",
     "input_changes",
+    "snapshot_event",
     "status_changes",
     "status_key",
 ]
@@ -104,6 +105,36 @@ def diff_snapshots(before: Snapshot | None, after: Snapshot, limit: int) -> Chan
         tuple(prefixes),
         tuple(c.customer for c in aspa),
         frozenset(full),
+    )
+
+
+def snapshot_event(
+    event_id: EventId, before: ClientSnapshot | None, after: ClientSnapshot, changes: Changes
+) -> SnapshotEvent:
+    """The event publishing ``after`` (``before``: the snapshot it replaces)."""
+    if before is None:
+        reason = "initial"
+    elif before.config_revision != after.config_revision:
+        reason = "config"
+    else:
+        reason = "refresh" if changes.empty else "data"
+    return SnapshotEvent(
+        event_id,
+        after,
+        None if before is None else before.id,
+        after.id,
+        None if before is None else before.config_revision,
+        after.config_revision,
+        reason,
+        changes.vrps_added,
+        changes.vrps_removed,
+        changes.router_keys_added,
+        changes.router_keys_removed,
+        changes.aspa_changes,
+        input_changes(before, after),
+        changes.affected_prefixes,
+        changes.affected_customers,
+        changes.requires_full_revalidation,
     )
 
 
