@@ -2,7 +2,9 @@
 
 `run` watches the upstream client (`Client.watch`) and takes every snapshot it makes: published
 (`Publishing`), then offered to the persister (`StateKeeping.offer`), with `Handover` noting
-what was taken and what was offered; a `ResyncRequiredError` starts a new watch. After the stop
+what was taken and what was offered: the watch's ``initial`` snapshot first, then each
+`SnapshotEvent`'s; a `ResyncRequiredError` starts a new watch (from its new ``initial``), and
+the watch's normal end (the client closed) ends the loop. After the stop
 request no new snapshot is taken; the one in hand is finished.
 
 `close_in_order` is the stop of that flow: commits are held, the client closes (its sources
@@ -73,6 +75,8 @@ class Following:
                 while client.state is ClientState.RUNNING and not stop.requested():
                     with client.watch() as events:
                         try:
+                            if events.initial is not None and not stop.requested():
+                                await self.take(events.initial)
                             async for event in events:
                                 if stop.requested():
                                     break

@@ -26,8 +26,10 @@ from upstream.client import (
     SnapshotExpiredError,
     StatusEvent,
     Watch,
+    WatchClosed,
 )
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
+from upstream.events import EventId, SnapshotId, SourceChange
 from upstream.source import SourceSetupError
 
 __all__ = [
@@ -37,13 +39,17 @@ __all__ = [
     "ClientState",
     "ClientStatus",
     "Event",
+    "EventId",
     "GroupConfig",
     "PayloadKind",
     "ResyncRequiredError",
     "SnapshotEvent",
     "SnapshotExpiredError",
+    "SnapshotId",
+    "SourceChange",
     "SourceConfig",
     "SourceSetupError",
     "StatusEvent",
     "Watch",
+    "WatchClosed",
 ]

@@ -18,7 +18,8 @@ already decided (no events are sent for it; `get_snapshot` has it), and waits at
 ``cleanup_timeout``; if work is still busy (e.g. a parse in a worker thread) it says so in
 ``cleanup_overdue`` and the state stays CLOSING instead of pretending to be closed. `watch`
 gives an atomic initial snapshot and then a bounded queue of `SnapshotEvent`/`StatusEvent`; on
-overflow the watch raises a sticky `ResyncRequiredError`. `apply_config` changes groups and
+overflow the watch raises a sticky `ResyncRequiredError`, at close it ends normally, and
+``watch(after=event_id)`` resumes from the bounded `event_log`. `apply_config` changes groups and
 sources in place with a higher revision: unchanged sources keep running with their data, the
 group selection keeps its started groups, windows and fail-back clocks, removed sources are
 cancelled and their late results are never accepted; the next snapshot carries the revision.
@@ -30,6 +31,7 @@ time, and `ClientSnapshot.check` does the same against the client's own clock.
 
 from __future__ import annotations
 
+import copy
 import logging
 from collections.abc import Iterable, Mapping
 from types import TracebackType
@@ -41,18 +43,27 @@ from anyio.abc import TaskGroup, TaskStatus
 from snapshot.kinds import PayloadKind
 from snapshot.queries import SnapshotExpiredError
 from upstream.aggregate import Aggregator, Build, Group, Recovered
-from upstream.client_setup import loop_identity, prepare_sources
+from upstream.client_events import EventHub
+from upstream.client_setup import check_home, cleanup_pending, loop_identity, prepare_sources
 from upstream.clock import Clock, FixedWallClock, SystemClock
 from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.event_diff import (
+    EVERYTHING,
+    OFF_LOOP_RECORDS,
+    Changes,
+    diff_snapshots,
+)
 from upstream.events import (
     ClientSnapshot,
     ClientState,
     ClientStatus,
     Event,
+    EventId,
     ResyncRequiredError,
     SnapshotEvent,
     StatusEvent,
     Watch,
+    WatchClosed,
 )
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
@@ -69,6 +80,7 @@ __all__ = [
     "SnapshotExpiredError",
     "StatusEvent",
     "Watch",
+    "WatchClosed",
 ]
 
 log = logging.getLogger(__name__)
@@ -105,13 +117,13 @@ class Client:
         self.generation = 0
         self.cleanup_overdue = False
         self._current: ClientSnapshot | None = None
-        self._watches: set[Watch] = set()
         self._changed: anyio.Event | None = None
         self._done: anyio.Event | None = None
         self._scope: anyio.CancelScope | None = None
         self._tg: TaskGroup | None = None
         self._aggregator_done: anyio.Event | None = None
-        self._last_status_key: object = None
+        #: The watches, the event log and the event ids (`EventHub`).
+        self.events = EventHub(self.epoch, self._wake)
         #: The event loop and thread the client was entered in (`_check_home`).
         self._home: tuple[object, int] | None = None
         self._entering = False
@@ -262,15 +274,8 @@ class Client:
         await self._aggregator.final_round.wait()
 
     def _check_home(self) -> None:
-        """Refuse use from another event loop or thread than the one it was entered in.
-
-        It is no cross-loop client: hand other threads an immutable snapshot instead.
-        """
-        if self._home is not None and loop_identity(required=False) != self._home:
-            raise RuntimeError(
-                "this Client belongs to the event loop and thread it was entered in; it "
-                "cannot be used from another (give other threads a snapshot instead)"
-            )
+        """Refuse use from another event loop or thread than the one it was entered in."""
+        check_home(self._home)
 
     def _scope_cancel(self) -> None:
         if self._scope is not None:
@@ -278,8 +283,7 @@ class Client:
 
     def _finish_close(self) -> None:
         self.state = ClientState.CLOSED
-        for watch in list(self._watches):
-            watch.fail(ResyncRequiredError("the client closed"))
+        self.events.end()  # a normal end (a gap before it still raises ResyncRequiredError)
 
     # ------------------------------------------------------------------ queries
     @property
@@ -306,7 +310,8 @@ class Client:
             generation=self.generation,
             active=dict(agg.active),
             started_groups=tuple(sorted(agg.started_groups())),
-            sources=tuple(source.status for _, source in self._sources.values()),
+            # Copies: a report keeps what it saw (the sources go on updating their own).
+            sources=tuple(copy.copy(source.status) for _, source in self._sources.values()),
             cleanup_overdue=self.cleanup_overdue,
             availability={name: a.value for name, a in agg.availability().items()},
             ready=self._current is not None
@@ -323,13 +328,7 @@ class Client:
         """What a close in progress still waits for (see `ClientStatus.cleanup_pending`)."""
         if self.state is not ClientState.CLOSING:
             return ()
-        agg = self._aggregator
-        held = [f"source task {name}" for name in agg.still_running()]
-        if agg.cleanup_pending:
-            held.append("last build")
-        if self._done is not None and not self._done.is_set():
-            held.append("client tasks")
-        return tuple(held)
+        return cleanup_pending(self._aggregator, self._done)
 
     async def wait_ready(self, required: Iterable[PayloadKind] | None = None) -> ClientSnapshot:
         """Wait until a snapshot exists whose ``required`` kinds each have an active group.
@@ -352,20 +351,24 @@ class Client:
                 raise RuntimeError("wait_ready() needs an open client")
             await changed.wait()
 
-    def watch(self, max_queue: int = 64) -> Watch:
-        """Events from now on, starting with the current snapshot (if any)."""
+    def watch(self, max_queue: int = 64, *, after: EventId | None = None) -> Watch:
+        """Subscribe: ``initial``, ``initial_status`` and every later event, at one point.
+
+        The three are taken without an await (no publish falls in between).
+
+        Each watch has its own queue of ``max_queue`` events; overflowing it makes the watch
+        raise `ResyncRequiredError` from then on; a normal end (the client closed) ends the
+        iteration (`receive` raises `WatchClosed`). With ``after`` (an event id seen earlier),
+        the logged events since it are queued first; a window no longer kept, another epoch or
+        more than ``max_queue`` of them make the watch resync-required at once.
+        """
         self._check_home()
         if max_queue < 1:
             raise ValueError("max_queue must be at least 1")
-        send, receive = anyio.create_memory_object_stream[Event](max_queue)
-        watch = Watch(self._watches.discard, self.epoch, send, receive)
-        if self.state is ClientState.CLOSED:
-            watch.fail(ResyncRequiredError("the client closed"))
-            return watch
-        if self._current is not None:
-            watch.offer(SnapshotEvent(self._current))
-        self._watches.add(watch)
-        return watch
+        ended = self.state in (ClientState.CLOSING, ClientState.CLOSED)
+        return self.events.subscribe(
+            max_queue, after, self._current, self.get_status(), ended=ended
+        )
 
     # ------------------------------------------------------------------ runtime changes
     async def apply_config(self, config: ClientConfig) -> int:
@@ -448,6 +451,22 @@ class Client:
         await self._tg.start(run_it)
 
     async def _on_build(self, build: Build) -> None:
+        before = self._current
+        changes: Changes = EVERYTHING
+        try:
+            if self.state is not ClientState.CLOSING:  # the event log keeps it too
+                old = None if before is None else before.snapshot
+                size = build.snapshot.vrp_count + (0 if old is None else old.vrp_count)
+                args = (old, build.snapshot, self.events.size_limit)
+                if size > OFF_LOOP_RECORDS:
+                    changes = await anyio.to_thread.run_sync(diff_snapshots, *args)
+                else:
+                    changes = diff_snapshots(*args)
+        finally:
+            self._commit(build, before, changes)  # no await: publish and events are one step
+
+    def _commit(self, build: Build, before: ClientSnapshot | None, changes: Changes) -> None:
+        """Publish ``build`` and send its event (no await)."""
         self.generation += 1
         current = ClientSnapshot(
             build.snapshot,
@@ -464,28 +483,14 @@ class Client:
         self._current = current
         if self.state is ClientState.CLOSING:
             return  # the view is committed; no events once closing began
-        for watch in list(self._watches):
-            watch.offer(SnapshotEvent(current))
-        self._wake()
+        self.events.snapshot(before, current, changes)
 
     def _slurm_changed(self) -> None:
         self._aggregator.poke()
 
     def _on_status(self) -> None:
-        status = self.get_status()
-        key = (
-            tuple(sorted((k.value, v or "") for k, v in status.active.items())),
-            tuple((s.name, s.state) for s in status.sources),
-            tuple(sorted(status.availability.items())),
-        )
-        if key == self._last_status_key:
-            return
-        self._last_status_key = key
-        if self.state is ClientState.CLOSING:
-            return
-        for watch in list(self._watches):
-            watch.offer(StatusEvent(status))
-        self._wake()
+        sending = self.state is not ClientState.CLOSING
+        self.events.status(self.get_status(), self._current, send=sending)
 
     def _wake(self) -> None:
         if self._changed is not None:

@@ -1,6 +1,7 @@
-"""How a `Client` is bound and prepared: its event loop and thread, its sources' set-up I/O.
+"""How a `Client` is bound, prepared and closed: its loop, its sources' set-up, what is held.
 
-Both happen on entering the client (`Preparable.prepare` reads, e.g., a CA file).
+Binding and preparing happen on entering the client (`Preparable.prepare` reads, e.g., a CA
+file); `cleanup_pending` names what a close in progress still waits for.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 
+import anyio
 import anyio.lowlevel
 
+from upstream.aggregate import Aggregator
 from upstream.source import Preparable, Source
 
-__all__ = ["loop_identity", "prepare_sources"]
+__all__ = ["check_home", "cleanup_pending", "loop_identity", "prepare_sources"]
 
 
 def loop_identity(*, required: bool = True) -> tuple[object, int] | None:
@@ -31,3 +34,25 @@ async def prepare_sources(sources: Iterable[Source]) -> None:
     for source in sources:
         if isinstance(source, Preparable):
             await source.prepare()
+
+
+def check_home(home: tuple[object, int] | None) -> None:
+    """Refuse a call from another event loop or thread than ``home`` (`loop_identity`).
+
+    A client is no cross-loop client: hand other threads an immutable snapshot instead.
+    """
+    if home is not None and loop_identity(required=False) != home:
+        raise RuntimeError(
+            "this Client belongs to the event loop and thread it was entered in; it "
+            "cannot be used from another (give other threads a snapshot instead)"
+        )
+
+
+def cleanup_pending(aggregator: Aggregator, done: anyio.Event | None) -> tuple[str, ...]:
+    """What a closing client still waits for: source tasks, the last build, its own tasks."""
+    held = [f"source task {name}" for name in aggregator.still_running()]
+    if aggregator.cleanup_pending:
+        held.append("last build")
+    if done is not None and not done.is_set():
+        held.append("client tasks")
+    return tuple(held)

@@ -1,20 +1,24 @@
 """The client's snapshot, status and event types, and `Watch`, one subscriber's bounded queue.
 
 `ClientSnapshot` carries each kind's usable-until time and refuses a kind past it
-(`SnapshotExpiredError`); `Watch` turns a full queue into a sticky `ResyncRequiredError`.
+(`SnapshotExpiredError`); `SnapshotEvent`/`StatusEvent` carry their publish identity and what
+changed; `Watch` turns a full queue into a sticky `ResyncRequiredError` and a normal end into
+`WatchClosed`.
 """
 
 from __future__ import annotations
 
 import enum
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Self
+from typing import NamedTuple, Self
 
 import anyio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from snapshot.delta import AspaChange
 from snapshot.kinds import PayloadKind
+from snapshot.model import IPNetwork, RouterKey, Vrp
 from snapshot.queries import ResyncRequiredError, SnapshotExpiredError, SnapshotView
 from snapshot.snapshot import Snapshot
 from upstream.merge import SourceInput
@@ -26,11 +30,15 @@ __all__ = [
     "ClientState",
     "ClientStatus",
     "Event",
+    "EventId",
     "ResyncRequiredError",
     "SnapshotEvent",
     "SnapshotExpiredError",
+    "SnapshotId",
+    "SourceChange",
     "StatusEvent",
     "Watch",
+    "WatchClosed",
 ]
 
 
@@ -68,6 +76,11 @@ class ClientSnapshot:
     #: The identity of the policy it was judged under (the SLURM policy applied and the
     #: client's record limits): equal data under another policy is another publish.
     policy_id: str = ""
+
+    @property
+    def id(self) -> SnapshotId:
+        """The snapshot's identity (epoch, generation)."""
+        return SnapshotId(self.epoch, self.generation)
 
     @property
     def usable_until(self) -> float | None:
@@ -116,65 +129,171 @@ class ClientStatus:
     cleanup_elapsed: float | None = None
 
 
+class SnapshotId(NamedTuple):
+    """A published snapshot's identity: the client's publish epoch and its generation."""
+
+    epoch: int
+    generation: int
+
+
+class EventId(NamedTuple):
+    """An event's publish identity: the epoch and the client's monotonic event sequence.
+
+    Snapshot and status events share the sequence (one total order per epoch); a status
+    event never borrows a snapshot's generation.
+    """
+
+    epoch: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class SourceChange:
+    """One source's change of ``what``, from ``before`` to ``after`` (None: absent).
+
+    ``what`` is ``added``, ``removed``, ``payload`` or ``selection`` in a snapshot event;
+    ``state``, ``connected``, ``availability`` or ``removed`` in a status event.
+    """
+
+    name: str
+    what: str
+    before: str | None
+    after: str | None
+
+
 @dataclass(frozen=True, slots=True)
 class SnapshotEvent:
-    """A new snapshot."""
+    """A published snapshot and what changed from the one before.
 
+    A kind whose changes exceed the client's event size limit is named in
+    ``requires_full_revalidation`` and its change lists are empty (never a truncated list
+    posing as complete). Otherwise ``affected_prefixes`` holds every prefix of an added or
+    removed VRP: revalidate every route it covers, whatever its origin or length;
+    ``affected_customers`` every customer whose ASPA record changed.
+    """
+
+    event_id: EventId
     snapshot: ClientSnapshot
+    before_id: SnapshotId | None
+    after_id: SnapshotId
+    before_config_revision: int | None
+    after_config_revision: int
+    #: ``initial`` (the client's first snapshot), ``config`` (a new configuration revision),
+    #: ``data`` (the payload changed) or ``refresh`` (same payload, new metadata or times).
+    reason: str
+    vrps_added: tuple[Vrp, ...] = ()
+    vrps_removed: tuple[Vrp, ...] = ()
+    router_keys_added: tuple[RouterKey, ...] = ()
+    router_keys_removed: tuple[RouterKey, ...] = ()
+    aspa_changes: tuple[AspaChange, ...] = ()
+    source_changes: tuple[SourceChange, ...] = ()
+    affected_prefixes: tuple[IPNetwork, ...] = ()
+    affected_customers: tuple[int, ...] = ()
+    requires_full_revalidation: frozenset[PayloadKind] = frozenset()
 
 
 @dataclass(frozen=True, slots=True)
 class StatusEvent:
-    """The active groups or a source state changed."""
+    """The active groups, a source's state, connection or availability changed."""
 
+    event_id: EventId
     status: ClientStatus
+    #: The snapshot current when the status was observed (None before the first).
+    observed_snapshot_id: SnapshotId | None
+    source_changes: tuple[SourceChange, ...] = ()
+    #: Counts status events alone (a pure connection change advances only this and the
+    #: event sequence, never the generation).
+    status_sequence: int = 0
 
 
 Event = SnapshotEvent | StatusEvent
 
 
+class WatchClosed(Exception):  # noqa: N818 - an end, not an error
+    """Raised by `Watch.receive` after a normal end (the client closed); ``async for`` stops.
+
+    A gap before the end is raised as `ResyncRequiredError` first.
+    """
+
+
 @dataclass(eq=False)
 class Watch:
-    """A bounded stream of events; use as a context manager and an async iterator."""
+    """One subscriber: ``initial``, ``initial_status``, then a bounded queue of events.
+
+    Use it as a context manager and an async iterator.
+
+    Overflow, a lost window or an epoch change make it terminally resync-required: the flag
+    is set, the queue dropped and the receiver woken (nothing is pushed into the full queue);
+    every later `receive` raises `ResyncRequiredError`.
+    """
 
     #: Called once when the watch closes (the client drops it from its registry).
     release: Callable[[Watch], None]
     epoch: int
-    _send: MemoryObjectSendStream[Event]
-    _receive: MemoryObjectReceiveStream[Event]
+    max_queue: int
+    #: The current snapshot at registration (None before the first); not repeated as an event.
+    initial: ClientSnapshot | None
+    initial_status: ClientStatus
     error: ResyncRequiredError | None = None
-    _closed: bool = field(default=False)
+    #: True after a normal end (the client closed): unconsumed events were dropped.
+    ended: bool = False
+    _queue: deque[Event] = field(default_factory=deque)
+    _wake: anyio.Event = field(default_factory=anyio.Event)
+    _closed: bool = False
 
     def offer(self, event: Event) -> None:
-        """Queue ``event``; a full queue turns into a sticky `ResyncRequiredError`."""
-        if self.error is not None or self._closed:
+        """Queue ``event``; a full queue or another epoch turns into resync-required."""
+        if self.error is not None or self.ended or self._closed:
             return
-        try:
-            self._send.send_nowait(event)
-        except anyio.WouldBlock:
+        if event.event_id.epoch != self.epoch:
+            self.fail(ResyncRequiredError("the publish epoch changed"))
+        elif len(self._queue) >= self.max_queue:
             self.fail(ResyncRequiredError("watch queue overflowed; events were lost"))
+        else:
+            self._queue.append(event)
+            self._notify()
 
     def fail(self, error: ResyncRequiredError) -> None:
-        """Make every later `receive` raise ``error``."""
-        if self.error is None:
+        """Make every later `receive` raise ``error`` (sticky; the queue is dropped)."""
+        if self.error is None and not self.ended:
             self.error = error
-            self._send.close()
+            self._queue.clear()
+            self._notify()
+
+    def end(self) -> None:
+        """A normal end: unconsumed events are dropped, `receive` raises `WatchClosed`."""
+        if not self.ended:
+            self.ended = True
+            self._queue.clear()
+            self._notify()
+
+    def _notify(self) -> None:
+        self._wake.set()
+        self._wake = anyio.Event()
 
     async def receive(self) -> Event:
-        """The next event; raises the sticky error once one happened."""
-        if self.error is not None:
-            raise self.error
-        try:
-            return await self._receive.receive()
-        except anyio.EndOfStream:
-            raise self.error or ResyncRequiredError("the client closed") from None
+        """The next event.
+
+        Raises:
+            ResyncRequiredError: events were lost (sticky; also after the end).
+            WatchClosed: the subscription ended normally.
+        """
+        while True:
+            if self.error is not None:
+                raise self.error
+            if self._queue:
+                return self._queue.popleft()
+            if self.ended or self._closed:
+                raise WatchClosed("the subscription ended")
+            await self._wake.wait()
 
     def close(self) -> None:
         """Stop receiving events."""
-        self._closed = True
-        self.release(self)
-        self._send.close()
-        self._receive.close()
+        if not self._closed:
+            self._closed = True
+            self.release(self)
+            self._queue.clear()
+            self._notify()
 
     def __enter__(self) -> Self:
         return self
@@ -186,4 +305,7 @@ class Watch:
         return self
 
     async def __anext__(self) -> Event:
-        return await self.receive()
+        try:
+            return await self.receive()
+        except WatchClosed:
+            raise StopAsyncIteration from None

@@ -22,6 +22,7 @@ from upstream.client import (
     SnapshotExpiredError,
     StatusEvent,
     Watch,
+    WatchClosed,
 )
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.selection import PayloadKind
@@ -98,15 +99,16 @@ async def test_watch_starts_with_the_current_snapshot_then_follows(tmp_path: Pat
         with anyio.fail_after(5):
             await client.wait_ready()
         with client.watch() as events, anyio.fail_after(5):
-            first = await events.receive()
-            assert isinstance(first, SnapshotEvent)
-            assert first.snapshot.snapshot.vrp_count == 1
+            first = events.initial
+            assert first is not None
+            assert first.snapshot.vrp_count == 1
             write_atomically(path, export(A + B))
             while True:
                 event = await events.receive()
+                assert not isinstance(event, SnapshotEvent) or event.snapshot is not first
                 if isinstance(event, SnapshotEvent) and event.snapshot.snapshot.vrp_count == 2:
                     break
-            assert event.snapshot.generation > first.snapshot.generation
+            assert event.snapshot.generation > first.generation
         await client.aclose()
 
 
@@ -118,7 +120,7 @@ async def test_watch_overflow_is_a_sticky_resync_error(tmp_path: Path) -> None:
         with anyio.fail_after(5):
             await client.wait_ready()
         with client.watch(max_queue=1) as events:
-            # The initial snapshot fills the queue; the next change overflows it.
+            # The first change fills the queue; the next one overflows it.
             for i in range(3):
                 write_atomically(path, export(A if i % 2 else B))
                 await wait_for(functools.partial(changed_or_failed, client, events, 2 + i))
@@ -316,7 +318,7 @@ async def test_no_event_once_the_close_began(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Contract L-19: the final build made while closing is the current snapshot, but no
-    subscriber gets an event for it; the watch ends with ResyncRequiredError."""
+    subscriber gets an event for it; the watch ends normally (WatchClosed)."""
     path = tmp_path / "a.json"
     write_atomically(path, export(A))
     client = Client(config(path))
@@ -325,7 +327,6 @@ async def test_no_event_once_the_close_began(
         with anyio.fail_after(5):
             await client.wait_ready()
         with client.watch() as events, slow_builds(monkeypatch, hold=0.5) as (building, _):
-            await events.receive()  # the initial snapshot
             write_atomically(path, export(B))
             await wait_for(building.is_set)
             await client.aclose()
@@ -334,7 +335,7 @@ async def test_no_event_once_the_close_began(
             assert current.snapshot.vrp_count == 1
             assert {str(v.prefix) for v in current.snapshot.vrps()} == {"198.51.100.0/24"}
             seen: list[Event] = []
-            with pytest.raises(ResyncRequiredError, match="closed"):
+            with pytest.raises(WatchClosed):
                 await receive_all(events, seen)
             assert not any(isinstance(e, SnapshotEvent) for e in seen), seen
 
