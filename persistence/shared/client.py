@@ -12,7 +12,9 @@ reads, closes the connection on the owner thread; beyond `CLOSE_DEADLINE` it rep
 
 from __future__ import annotations
 
+import functools
 import logging
+import threading
 from collections.abc import Set as AbstractSet
 from typing import Self
 
@@ -80,7 +82,7 @@ class SharedSnapshotClient:
         self._run_scope: anyio.CancelScope | None = None
         self._run_done: anyio.Event | None = None
         self._overdue = False
-        self._thread_closed = False
+        self._closing: threading.Event | None = None
         #: Why closing the connection failed (kept for the next `aclose`).
         self.close_error: Exception | None = None
 
@@ -139,8 +141,10 @@ class SharedSnapshotClient:
     async def aclose(self) -> None:
         """End subscriptions, stop polling, close the connection on the owner thread.
 
-        Raises the close failure (`PersistenceError`); the reader then stays ``closing`` and
-        keeps the connection for another `aclose`.
+        Waits at most `CLOSE_DEADLINE` for the owner thread: beyond it the status reports
+        ``cleanup_overdue`` and the reader stays ``closing`` (call again to wait on). A failed
+        close raises it (`PersistenceError`) and keeps the owner thread and the connection for
+        another `aclose`; the reader is ``closed`` only once the connection really is.
         """
         if self._state is ReaderState.CLOSED:
             return
@@ -153,33 +157,34 @@ class SharedSnapshotClient:
                 self._run_scope.cancel()
                 with anyio.move_on_after(CLOSE_DEADLINE):
                     await self._run_done.wait()
-            if not self._thread_closed:
+            if self._closing is None:
+                self._closing = threading.Event()
                 self.close_error = None
-                try:
-                    await self._close_on_thread()
-                except PersistenceError as exc:
-                    self.close_error = exc
-                    raise
-            if not await self._worker.stop(CLOSE_DEADLINE):
+                self._worker.submit(functools.partial(self._close_sync, self._closing))
+            if not await anyio.to_thread.run_sync(self._closing.wait, CLOSE_DEADLINE):
                 self._overdue = True
                 log.error(
-                    "shared reader: the owner thread has not ended %g s after close",
+                    "shared reader: the connection is not closed %g s later (a read still "
+                    "runs on the owner thread); still closing",
                     CLOSE_DEADLINE,
                 )
                 return
-        self._overdue = False
+            self._closing = None
+            if self.close_error is not None:
+                raise self.close_error
+            self._overdue = not await self._worker.stop(CLOSE_DEADLINE)
+            if self._overdue:
+                return
         self._state = ReaderState.CLOSED
 
-    async def _close_on_thread(self) -> None:
-        if self._worker.alive:
-            with anyio.move_on_after(CLOSE_DEADLINE) as scope:
-                await self._worker.run(self._store.call, self._store.close_sync)
-            if scope.cancelled_caught:
-                self._overdue = True
-                return
-        else:
+    def _close_sync(self, done: threading.Event) -> None:
+        """On the owner thread: close the connection; record a failure for `aclose`."""
+        try:
             self._store.call(self._store.close_sync)
-        self._thread_closed = True
+        except PersistenceError as exc:
+            self.close_error = exc
+        finally:
+            done.set()
 
     # ------------------------------------------------------------------ faces
     def get_snapshot(self) -> SharedSnapshot | None:
