@@ -1,0 +1,77 @@
+"""Pure conversion of a persisted state into a `Snapshot` with per-kind usable-until times.
+
+No I/O, no clock: the caller passes the time ``now`` (Unix seconds) it judges the state at.
+Each source contributes the kinds it was selected for; an entry is kept while its expiry
+(capped by the source's own end of validity) is after ``now``. A kind's usable-until time is
+the earliest expiry among the entries kept for it (None: nothing of it ever expires), so a
+snapshot never answers for an entry past its end. SLURM filtering is the owner's, not applied
+here.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Iterable
+
+from persistence.state import NEVER, US_PER_SECOND, PersistedState, StateHeader
+from snapshot.kinds import PayloadKind
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
+from snapshot.snapshot import Snapshot, SnapshotBuilder
+
+__all__ = ["floor_of", "judge_state"]
+
+
+def floor_of(header: StateHeader, state: PersistedState) -> float:
+    """The lower bound of UTC the state shows (its write and observed times), in seconds."""
+    return max(header.written_at, state.observed_at) / US_PER_SECOND
+
+
+def _keys(
+    packed: bytes, expires: array[int], width: int, cap: int, now: int
+) -> Iterable[tuple[bytes, int]]:
+    for index, expiry in enumerate(expires):
+        end = min(expiry, cap)
+        if end > now:
+            yield packed[index * width : (index + 1) * width], end
+
+
+def judge_state(
+    state: PersistedState, now: float
+) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
+    """The snapshot of ``state`` at ``now`` and each kind's usable-until time (seconds)."""
+    now_us = round(now * US_PER_SECOND)
+    builder = SnapshotBuilder()
+    v4: set[bytes] = set()
+    v6: set[bytes] = set()
+    earliest = dict.fromkeys(PayloadKind, NEVER)
+    for source in state.sources:
+        cap = source.expires_at
+        if PayloadKind.VRP.value in source.selected:
+            for packed, expires, width, target in (
+                (source.v4, source.v4_expires, V4_KEY_SIZE, v4),
+                (source.v6, source.v6_expires, V6_KEY_SIZE, v6),
+            ):
+                for key, end in _keys(packed, expires, width, cap, now_us):
+                    target.add(key)
+                    earliest[PayloadKind.VRP] = min(earliest[PayloadKind.VRP], end)
+        if PayloadKind.ROUTER_KEY.value in source.selected:
+            for router_key, expiry in source.router_keys:
+                end = min(expiry, cap)
+                if end > now_us:
+                    builder.add_router_key(router_key)
+                    earliest[PayloadKind.ROUTER_KEY] = min(earliest[PayloadKind.ROUTER_KEY], end)
+        if PayloadKind.ASPA.value in source.selected:
+            for aspa, expiry in source.aspas:
+                end = min(expiry, cap)
+                if end > now_us:
+                    builder.add_aspa(aspa)
+                    earliest[PayloadKind.ASPA] = min(earliest[PayloadKind.ASPA], end)
+    built = builder.build()
+    snapshot = Snapshot(
+        b"".join(sorted(v4, reverse=True)),
+        b"".join(sorted(v6, reverse=True)),
+        built.router_keys,
+        built.aspas,
+    )
+    until = {k: None if t >= NEVER else t / US_PER_SECOND for k, t in earliest.items()}
+    return snapshot, until

@@ -1,0 +1,212 @@
+"""The shared reader's configuration, snapshot, status and event types, and one watch's queue.
+
+`SharedSnapshot` refuses a kind past its usable-until time (`SnapshotExpiredError`, judged at
+the reader's own effective time); `SharedWatch` is one subscriber's bounded queue whose
+overflow or a change of the writer's publish identity turns into a sticky `ResyncRequiredError`.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Self
+
+import anyio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+
+from snapshot.kinds import PayloadKind
+from snapshot.queries import ResyncRequiredError, SnapshotView
+from snapshot.snapshot import Snapshot
+
+__all__ = [
+    "CLOSE_DEADLINE",
+    "ReaderState",
+    "SharedEvent",
+    "SharedReaderConfig",
+    "SharedSnapshot",
+    "SharedStatus",
+    "SharedWatch",
+]
+
+#: The fixed bound on how long `aclose` waits for the owner thread (P-72).
+CLOSE_DEADLINE = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class SharedReaderConfig:
+    """Where the owner's SQLite file is and how the reader follows it."""
+
+    path: str | Path
+    #: Seconds between two looks at the header.
+    poll_interval: float = 1.0
+    #: Events one subscriber may have queued before it must resynchronise.
+    queue_size: int = 64
+    #: The wall clock (Unix seconds); the reader's effective time never goes below what it saw.
+    wall: Callable[[], float] = time.time
+    #: Longest sleep of the expiry timer between two looks at the clock.
+    recheck: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not self.poll_interval > 0 or not self.recheck > 0:
+            raise ValueError("poll_interval and recheck must be positive")
+        if self.queue_size < 1:
+            raise ValueError("queue_size must be at least 1")
+
+
+class ReaderState(enum.Enum):
+    """Where a `SharedSnapshotClient` is in its life."""
+
+    CREATED = "created"
+    OPEN = "open"
+    RUNNING = "running"
+    CLOSING = "closing"
+    CLOSED = "closed"
+
+
+@dataclass(frozen=True, slots=True)
+class SharedSnapshot:
+    """The writer's state as the reader judged it, with each kind's usable-until time."""
+
+    snapshot: Snapshot
+    #: The publish identity of the writer it follows: store id and epoch, and its generation.
+    store_id: str
+    epoch: int
+    generation: int
+    #: The writer's configuration revision of that state.
+    config_revision: int
+    #: Effective time after which each kind's data is no longer exact (None: never).
+    usable_until_by_kind: dict[PayloadKind, float | None]
+    #: The effective time the state was judged at.
+    evaluated_at: float
+    #: The reader's effective clock (`check` reads it when no ``now`` is given).
+    clock: Callable[[], float] | None = field(default=None, compare=False)
+
+    @property
+    def version(self) -> tuple[int, int]:
+        """(epoch, generation) of the writer's state."""
+        return (self.epoch, self.generation)
+
+    @property
+    def usable_until(self) -> float | None:
+        """The earliest usable-until time over the kinds (None: never)."""
+        times = [t for t in self.usable_until_by_kind.values() if t is not None]
+        return min(times, default=None)
+
+    def view(self) -> SnapshotView:
+        """The snapshot with its per-kind usable-until times (queries take ``now``)."""
+        return SnapshotView(self.snapshot, self.usable_until_by_kind)
+
+    def usable(self, kind: PayloadKind, now: float) -> bool:
+        """Whether ``kind`` may still be used at ``now``."""
+        until = self.usable_until_by_kind.get(kind)
+        return until is None or now < until
+
+    def check(self, kind: PayloadKind, now: float | None = None) -> Snapshot:
+        """The snapshot if ``kind`` is usable at ``now`` (the reader's effective time).
+
+        Raises:
+            SnapshotExpiredError: ``kind`` is past its usable-until time; get a new snapshot.
+        """
+        if now is None:
+            if self.clock is None:
+                raise ValueError("check() needs now= for a snapshot without a clock")
+            now = self.clock()
+        return self.view().check(now, kind)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedStatus:
+    """An I/O-free sample of the reader."""
+
+    state: ReaderState
+    #: The writer followed: its store id, epoch, generation and configuration revision.
+    store_id: str | None
+    epoch: int | None
+    generation: int | None
+    config_revision: int | None
+    #: The last read failure (None once a read succeeds again).
+    persistence_error: str | None
+    #: False before a state was read, and once the old view expired after a read failure.
+    available: bool
+    #: The kinds usable now.
+    ready_kinds: frozenset[PayloadKind]
+    cleanup_overdue: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SharedEvent:
+    """A new snapshot; ``kind`` is ``initial``, ``changed``, ``coalesced`` or ``expired``.
+
+    ``start`` and ``end`` are the (epoch, generation) versions the diff goes between (a
+    ``coalesced`` one skipped the generations between them); ``added``/``removed`` count the
+    records of the complete endpoint diff.
+    """
+
+    kind: str
+    snapshot: SharedSnapshot
+    start: tuple[int, int] | None
+    end: tuple[int, int]
+    added: int = 0
+    removed: int = 0
+
+
+@dataclass(eq=False)
+class SharedWatch:
+    """A bounded stream of events; use as a context manager and an async iterator."""
+
+    release: Callable[[SharedWatch], None]
+    _send: MemoryObjectSendStream[SharedEvent]
+    _receive: MemoryObjectReceiveStream[SharedEvent]
+    error: ResyncRequiredError | None = None
+    _closed: bool = False
+
+    @classmethod
+    def create(cls, release: Callable[[SharedWatch], None], size: int) -> SharedWatch:
+        """A watch with a queue of ``size`` events."""
+        send, receive = anyio.create_memory_object_stream[SharedEvent](size)
+        return cls(release, send, receive)
+
+    def offer(self, event: SharedEvent) -> None:
+        """Queue ``event``; a full queue turns into a sticky `ResyncRequiredError`."""
+        if self.error is not None or self._closed:
+            return
+        try:
+            self._send.send_nowait(event)
+        except anyio.WouldBlock:
+            self.fail(ResyncRequiredError("the watch queue overflowed: resynchronise"))
+
+    def fail(self, error: ResyncRequiredError) -> None:
+        """Make ``error`` sticky: every later read raises it."""
+        if self.error is None:
+            self.error = error
+        self._send.close()
+
+    def close(self) -> None:
+        """End the stream (the reader closes); iteration stops."""
+        if not self._closed:
+            self._closed = True
+            self._send.close()
+            self._receive.close()
+            self.release(self)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.close()
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> SharedEvent:
+        if self.error is not None:
+            raise self.error
+        try:
+            return await self._receive.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            if self.error is not None:
+                raise self.error from None
+            raise StopAsyncIteration from None
