@@ -17,8 +17,8 @@ import anyio
 from persistence.errors import BackendClosedError
 from persistence.sql_store import SqlStore
 from persistence.state import (
-    CommitReceipt,
     PersistedState,
+    PersistReceipt,
     StateHeader,
     StateId,
     seconds_to_us,
@@ -31,10 +31,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Capabilities:
+class BackendCapabilities:
     """What a backend offers."""
 
-    backend: str
+    backend_name: str
     schema_version: int
     #: Other processes may read the file while the owner writes (--state-reader).
     shared_read: bool
@@ -49,7 +49,7 @@ class PersistenceBackend(Protocol):
     """A store for one `PersistedState` at a time."""
 
     @property
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> BackendCapabilities:
         """What this backend offers."""
         ...
 
@@ -70,7 +70,7 @@ class PersistenceBackend(Protocol):
         """The whole verified state (None if nothing was committed)."""
         ...
 
-    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
         """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
 
         The header's ``written_at`` is no earlier than `PersistedState.time_floor`.
@@ -88,7 +88,7 @@ class ThreadedBackend:
     def __init__(
         self,
         store: SqlStore,
-        capabilities: Capabilities,
+        capabilities: BackendCapabilities,
         *,
         wall: Callable[[], float] = time.time,
         close_timeout: float = CLOSE_TIMEOUT,
@@ -98,14 +98,14 @@ class ThreadedBackend:
         self._capabilities = capabilities
         self._wall = wall
         self._close_timeout = close_timeout
-        self._worker = WorkerThread(f"{capabilities.backend}-persistence")
+        self._worker = WorkerThread(f"{capabilities.backend_name}-persistence")
         self._open = False
         self._closed = False
         #: Why closing the store failed (set on the worker thread, read once `close` is done).
         self.close_error: Exception | None = None
 
     @property
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> BackendCapabilities:
         """What this backend offers."""
         return self._capabilities
 
@@ -138,7 +138,7 @@ class ThreadedBackend:
         self._check_open()
         return await self._worker.run(self._store.call, self._store.read_state_sync)
 
-    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
         """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
 
         ``written_at`` is the wall clock, raised to `PersistedState.time_floor` when the state
@@ -210,4 +210,4 @@ class ThreadedBackend:
 
     def _check_open(self) -> None:
         if not self._open:
-            raise BackendClosedError(f"the {self._capabilities.backend} backend is not open")
+            raise BackendClosedError(f"the {self._capabilities.backend_name} backend is not open")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from persistence.backend import Capabilities, ThreadedBackend
+from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     MissingExtraError,
@@ -201,8 +201,8 @@ class DuckDBBackend(ThreadedBackend):
         self.path = normalise(path)
         super().__init__(
             DuckDBStore(path),
-            Capabilities(
-                backend="duckdb",
+            BackendCapabilities(
+                backend_name="duckdb",
                 schema_version=SCHEMA_VERSION,
                 shared_read=False,
                 single_owner=True,

@@ -52,8 +52,9 @@ from persistence.schema import (
     VRP_COLUMNS,
 )
 from persistence.state import (
-    CommitReceipt,
+    SCHEMA_VERSION,
     PersistedState,
+    PersistReceipt,
     SourceRecord,
     StateHeader,
     StateId,
@@ -295,7 +296,7 @@ class SqlStore(StructureChecks):
     # ------------------------------------------------------------------ commit
     def commit_sync(
         self, state: PersistedState, expected: StateId | None, written_at: int
-    ) -> CommitReceipt:
+    ) -> PersistReceipt:
         """Replace the stored state by ``state`` if the stored one is ``expected`` (CAS)."""
         if state.store_id != self.store_id:
             raise CommitConflictError(
@@ -308,13 +309,19 @@ class SqlStore(StructureChecks):
             if _check_cas(header, state.state_id, expected, digest):
                 assert header is not None
                 self._rollback()
-                return CommitReceipt(state.state_id, header.written_at, digest, retried=True)
+                return header.receipt(retried=True)
             self._write(state, digest, written_at)
             self._commit()
         except BaseException:
             self._rollback()
             raise
-        return CommitReceipt(state.state_id, written_at, digest)
+        return PersistReceipt(
+            snapshot_id=state.state_id,
+            config_revision=state.config_revision,
+            committed_at=written_at,
+            schema_version=SCHEMA_VERSION,
+            state_digest=digest,
+        )
 
     def _write(self, state: PersistedState, digest: bytes, written_at: int) -> None:
         conn = self._conn()

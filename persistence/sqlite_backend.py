@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from persistence.backend import Capabilities, ThreadedBackend
+from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     PersistenceError,
@@ -187,8 +187,8 @@ class SQLiteBackend(ThreadedBackend):
         self.path = normalise(path)
         super().__init__(
             SQLiteStore(path, read_only=read_only, max_page_count=max_page_count),
-            Capabilities(
-                backend="sqlite",
+            BackendCapabilities(
+                backend_name="sqlite",
                 schema_version=SCHEMA_VERSION,
                 shared_read=True,
                 single_owner=True,

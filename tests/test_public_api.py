@@ -29,7 +29,8 @@ EXPECTED = {
         "DuckDBBackend",
         "PersistenceError",
         "MissingExtraError",
-        "CommitReceipt",
+        "PersistReceipt",
+        "BackendCapabilities",
     },
 }
 
