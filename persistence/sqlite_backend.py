@@ -47,6 +47,12 @@ _CORRUPT_IO = frozenset({sqlite3.SQLITE_IOERR_DATA, sqlite3.SQLITE_IOERR_CORRUPT
 _CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT})
 #: How long a statement waits for a lock held by another connection (followers, checkpoints).
 BUSY_TIMEOUT_MS = 5_000
+#: The owner's automatic checkpoint threshold in WAL pages (SQLite's automatic checkpoints are
+#: PASSIVE: they never wait for a reader and never truncate the WAL).
+WAL_AUTOCHECKPOINT_PAGES = 1000
+#: How much of a reset WAL (and other journals) SQLite keeps on disk: 64 MiB. A retention bound,
+#: not a hard disk limit: a long read keeps the WAL from being recycled.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 def classify(exc: sqlite3.Error) -> PersistenceError:
@@ -95,7 +101,11 @@ class SQLiteStore(SqlStore):
         return db
 
     def open_sync(self, now: int) -> None:
-        """Lock, connect, check (or create) the schema; WAL and synchronous=FULL for the owner."""
+        """Lock, connect, check (or create) the schema.
+
+        The owner sets WAL, synchronous=FULL, `WAL_AUTOCHECKPOINT_PAGES` and
+        `JOURNAL_SIZE_LIMIT` explicitly; it never runs a TRUNCATE checkpoint itself.
+        """
         if self.read_only:
             self._open_reader()
             return
@@ -110,6 +120,8 @@ class SQLiteStore(SqlStore):
                 self.check_writable()
             _use_wal(db, self.path)
             db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if self.max_page_count is not None:
                 db.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
