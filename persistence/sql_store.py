@@ -106,19 +106,22 @@ class SqlStore(StructureChecks):
             self._lock.lock_database()
 
     def close_sync(self) -> None:
-        """Close the connection (the database checkpoints its WAL) and release the lock.
+        """Close the connection (the database checkpoints its WAL), then release the lock.
 
-        An open transaction (an interrupted call's) is rolled back by the close itself.
+        An open transaction (an interrupted call's) is rolled back by the close itself. When
+        the connection's close raises, the connection and the owner lock are kept: the error
+        propagates and a later call retries the close.
         """
-        try:
-            with self._interrupt.guarded():
-                if self._db is not None:
-                    self._db.close()
-                self._db = None
-        finally:
+        with self._interrupt.guarded():
+            if self._db is not None:
+                self._close_connection(self._db)
             self._db = None
-            if self._lock is not None:
-                self._lock.release()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _close_connection(self, db: Any) -> None:
+        """Close the driver connection (the one point where a close can fail)."""
+        db.close()
 
     def interrupt(self) -> None:
         """From any thread: end the running call and every later one (the close deadline).
