@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -16,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-from persistence.errors import BackendClosedError
+from persistence.errors import BackendClosedError, ForkedProcessError
 from persistence.sql_store import SqlStore
 from persistence.state import (
     PersistedState,
@@ -124,10 +125,13 @@ class ThreadedBackend:
 
     async def open(self) -> None:
         """Open on the worker thread; errors are `PersistenceError` subclasses."""
+        self._store.check_process()
         if self._closed or self._closing:
             raise BackendClosedError("a closed backend cannot be opened again")
         if self._open:
             return
+        if self._store.pid is None:
+            self._store.pid = os.getpid()  # bound to this process from now on
         await self._worker.run(self._store.call, self._store.open_sync, seconds_to_us(self._wall()))
         self._open = True
 
@@ -170,6 +174,12 @@ class ThreadedBackend:
         closed: the store keeps its connection and owner lock, the worker thread stays, and
         the next `close` retries. Only a successful close marks it closed and ends the thread.
         """
+        try:
+            self._store.check_process()
+        except ForkedProcessError as exc:  # the parent's: leave connection and lock alone
+            self._open = False
+            self.close_error = exc
+            return True
         if self._closed:
             return not self._worker.alive
         self._closing = True
@@ -231,6 +241,7 @@ class ThreadedBackend:
             attempt.done.set()
 
     def _check_open(self) -> None:
+        self._store.check_process()  # a forked child has no worker thread: never queue there
         if not self._open:
             raise BackendClosedError(f"the {self._capabilities.backend_name} backend is not open")
 

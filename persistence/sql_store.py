@@ -8,6 +8,7 @@ something with ``fetchone``/``fetchall``.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from abc import abstractmethod
 from array import array
@@ -20,6 +21,7 @@ from persistence.errors import (
     CallInterruptedError,
     CommitConflictError,
     DamagedStateError,
+    ForkedProcessError,
     PersistenceError,
     TransientError,
 )
@@ -87,6 +89,16 @@ class SqlStore(StructureChecks):
         self.running: str | None = None
         #: The name of the call the interrupt ended (its transaction rolled back), if any.
         self.interrupted: str | None = None
+        #: The process that opened the store (None before): a forked child may not use it.
+        self.pid: int | None = None
+
+    def check_process(self) -> None:
+        """`ForkedProcessError` in a process forked from the one that opened the store."""
+        if self.pid is not None and self.pid != os.getpid():
+            raise ForkedProcessError(
+                f"{self.path}: the connection belongs to process {self.pid}, not to this forked "
+                f"process {os.getpid()}"
+            )
 
     def _take_ownership(self) -> None:
         """Create the directory, then take the owner lock (before any connection).
@@ -110,8 +122,10 @@ class SqlStore(StructureChecks):
 
         An open transaction (an interrupted call's) is rolled back by the close itself. When
         the connection's close raises, the connection and the owner lock are kept: the error
-        propagates and a later call retries the close.
+        propagates and a later call retries the close. In a forked child it raises
+        `ForkedProcessError` and touches neither: both are the parent's.
         """
+        self.check_process()
         with self._interrupt.guarded():
             if self._db is not None:
                 self._close_connection(self._db)
@@ -142,6 +156,7 @@ class SqlStore(StructureChecks):
         Anything else (an `AssertionError`, a bug, a `BaseException` such as cancellation)
         propagates unchanged, after the method's own cleanup.
         """
+        self.check_process()
         self.running = getattr(fn, "__name__", "a call")
         try:
             return fn(*args)
