@@ -13,7 +13,7 @@ import pytest
 
 from persistence.errors import ForkedProcessError, OwnerLockedError
 from persistence.state import StateId
-from tests.persistence.helpers import KINDS, opened
+from tests.persistence.helpers import KINDS, make, opened
 from tests.persistence.states import make_state
 
 pytestmark = pytest.mark.anyio
@@ -103,5 +103,5 @@ async def test_a_forked_child_can_neither_use_nor_release_the_owner(
         assert header is not None
         assert header.state_id == StateId(1, 2)
         with pytest.raises(OwnerLockedError):
-            await type(backend)(path).open()
+            await make(kind, path).open()
     assert lock_is_free(lock_path)  # and releases it on its own close
