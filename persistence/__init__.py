@@ -17,6 +17,7 @@ from persistence.errors import (
     TransientError,
     UnsupportedSchemaError,
 )
+from persistence.limits import LimitExceededError, Limits
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistReceipt
 
@@ -26,6 +27,8 @@ __all__ = [
     "CommitConflictError",
     "CorruptStateError",
     "DuckDBBackend",
+    "LimitExceededError",
+    "Limits",
     "MissingExtraError",
     "OwnerLockedError",
     "PersistReceipt",

@@ -26,6 +26,7 @@ from persistence.errors import (
     TransientError,
 )
 from persistence.interrupt import Interrupt
+from persistence.limits import CHECKS, LimitExceededError, Limits
 from persistence.lock import OwnerLock
 from persistence.meta_rows import (
     checked_observed_at,
@@ -78,9 +79,10 @@ class SqlStore(StructureChecks):
     #: How VRP rows are read in (source, seq) order; SQLite reads its rowid (insertion) order.
     vrp_order = "ORDER BY source_id, family, seq"
 
-    def __init__(self, path: Path, lock: OwnerLock | None) -> None:
+    def __init__(self, path: Path, lock: OwnerLock | None, limits: Limits | None = None) -> None:
         """No connection until `open_sync`; ``lock`` is None for a read-only follower."""
         self.path = path
+        self.limits = Limits() if limits is None else limits
         self.store_id: str | None = None
         self._db: Any = None
         self._lock = lock
@@ -223,6 +225,7 @@ class SqlStore(StructureChecks):
                 (bad,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
                 if bad:
                     raise DamagedStateError(f"{table}: {bad} rows break a type or range rule")
+            self._check_limits()
             try:
                 sources = self._read_sources(header)
                 observed_at = checked_observed_at(header, sources)
@@ -249,6 +252,16 @@ class SqlStore(StructureChecks):
         if state.digest() != header.state_digest:
             raise DamagedStateError("state digest mismatch: the rows are not what was committed")
         return header, state
+
+    def _check_limits(self) -> None:
+        """Count sources, supports and large-field octets in SQL; refuse what exceeds `limits`."""
+        for what, name, query in CHECKS:
+            (found,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
+            bound: int = getattr(self.limits, name)
+            if int(found) > bound:
+                raise LimitExceededError(
+                    f"the stored state has {int(found)} {what}, more than {name}={bound}"
+                )
 
     def _fetch(self, sql: str) -> Iterator[Row]:
         cursor = self._conn().execute(sql)

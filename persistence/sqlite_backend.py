@@ -20,6 +20,7 @@ from persistence.errors import (
     PersistenceError,
     TransientError,
 )
+from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
 from persistence.schema import TABLES
@@ -89,10 +90,15 @@ class SQLiteStore(SqlStore):
     vrp_order = "ORDER BY rowid"
 
     def __init__(
-        self, path: str | Path, *, read_only: bool = False, max_page_count: int | None = None
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        max_page_count: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         """Remember the settings; the file is opened by `open_sync`."""
-        super().__init__(normalise(path), None if read_only else OwnerLock(path))
+        super().__init__(normalise(path), None if read_only else OwnerLock(path), limits)
         self.read_only = read_only
         self.max_page_count = max_page_count
 
@@ -192,13 +198,14 @@ class SQLiteBackend(ThreadedBackend):
         *,
         read_only: bool = False,
         max_page_count: int | None = None,
+        limits: Limits | None = None,
         wall: Callable[[], float] = time.time,
         **options: Any,
     ) -> None:
-        """Nothing is opened here."""
+        """Nothing is opened here; ``limits`` bound what a read builds (default `Limits()`)."""
         self.path = normalise(path)
         super().__init__(
-            SQLiteStore(path, read_only=read_only, max_page_count=max_page_count),
+            SQLiteStore(path, read_only=read_only, max_page_count=max_page_count, limits=limits),
             BackendCapabilities(
                 backend_name="sqlite",
                 schema_version=SCHEMA_VERSION,

@@ -31,6 +31,8 @@ EXPECTED = {
         "MissingExtraError",
         "PersistReceipt",
         "BackendCapabilities",
+        "Limits",
+        "LimitExceededError",
     },
 }
 
