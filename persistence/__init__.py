@@ -5,7 +5,7 @@ the two backends (DuckDB needs the ``duckdb`` extra, imported only when a store 
 commit receipt and the error classes. Everything else in the submodules is internal.
 """
 
-from persistence.backend import PersistenceBackend
+from persistence.backend import BackendCapabilities, PersistenceBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.errors import (
     BackendClosedError,
@@ -17,17 +17,21 @@ from persistence.errors import (
     TransientError,
     UnsupportedSchemaError,
 )
+from persistence.limits import LimitExceededError, Limits
 from persistence.sqlite_backend import SQLiteBackend
-from persistence.state import CommitReceipt
+from persistence.state import PersistReceipt
 
 __all__ = [
+    "BackendCapabilities",
     "BackendClosedError",
     "CommitConflictError",
-    "CommitReceipt",
     "CorruptStateError",
     "DuckDBBackend",
+    "LimitExceededError",
+    "Limits",
     "MissingExtraError",
     "OwnerLockedError",
+    "PersistReceipt",
     "PersistenceBackend",
     "PersistenceError",
     "SQLiteBackend",

@@ -6,7 +6,10 @@ event loop only awaits. Constructors touch no file.
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,11 +17,11 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-from persistence.errors import BackendClosedError
+from persistence.errors import BackendClosedError, ForkedProcessError
 from persistence.sql_store import SqlStore
 from persistence.state import (
-    CommitReceipt,
     PersistedState,
+    PersistReceipt,
     StateHeader,
     StateId,
     seconds_to_us,
@@ -31,10 +34,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
-class Capabilities:
+class BackendCapabilities:
     """What a backend offers."""
 
-    backend: str
+    backend_name: str
     schema_version: int
     #: Other processes may read the file while the owner writes (--state-reader).
     shared_read: bool
@@ -49,7 +52,7 @@ class PersistenceBackend(Protocol):
     """A store for one `PersistedState` at a time."""
 
     @property
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> BackendCapabilities:
         """What this backend offers."""
         ...
 
@@ -70,7 +73,7 @@ class PersistenceBackend(Protocol):
         """The whole verified state (None if nothing was committed)."""
         ...
 
-    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
         """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
 
         The header's ``written_at`` is no earlier than `PersistedState.time_floor`.
@@ -88,7 +91,7 @@ class ThreadedBackend:
     def __init__(
         self,
         store: SqlStore,
-        capabilities: Capabilities,
+        capabilities: BackendCapabilities,
         *,
         wall: Callable[[], float] = time.time,
         close_timeout: float = CLOSE_TIMEOUT,
@@ -98,14 +101,15 @@ class ThreadedBackend:
         self._capabilities = capabilities
         self._wall = wall
         self._close_timeout = close_timeout
-        self._worker = WorkerThread(f"{capabilities.backend}-persistence")
+        self._worker = WorkerThread(f"{capabilities.backend_name}-persistence")
         self._open = False
+        self._closing = False
         self._closed = False
-        #: Why closing the store failed (set on the worker thread, read once `close` is done).
+        #: Why the last `close` failed (None after one that succeeded); set when `close` returns.
         self.close_error: Exception | None = None
 
     @property
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> BackendCapabilities:
         """What this backend offers."""
         return self._capabilities
 
@@ -121,10 +125,13 @@ class ThreadedBackend:
 
     async def open(self) -> None:
         """Open on the worker thread; errors are `PersistenceError` subclasses."""
-        if self._closed:
+        self._store.check_process()
+        if self._closed or self._closing:
             raise BackendClosedError("a closed backend cannot be opened again")
         if self._open:
             return
+        if self._store.pid is None:
+            self._store.pid = os.getpid()  # bound to this process from now on
         await self._worker.run(self._store.call, self._store.open_sync, seconds_to_us(self._wall()))
         self._open = True
 
@@ -138,7 +145,7 @@ class ThreadedBackend:
         self._check_open()
         return await self._worker.run(self._store.call, self._store.read_state_sync)
 
-    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
         """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
 
         ``written_at`` is the wall clock, raised to `PersistedState.time_floor` when the state
@@ -157,57 +164,98 @@ class ThreadedBackend:
         They get ``wait`` s (default ``close_timeout``; 0: the close deadline has come). A call
         still running then is interrupted with the database's own cancel, so its transaction
         rolls back (it raises `CallInterruptedError`: never reported as stored), and the close
-        waits until the worker thread has ended: the connection closes and the lock is released
-        on that thread, after the call. The log says what happened. Shielded; True once the
-        thread ended (a call the database cannot interrupt is waited for, logged each
-        ``close_timeout``). A failing close never raises here (it must not replace a caller's
-        own error): once this returned True, `close_error` says whether and why it failed.
+        waits until its own step has run: the connection closes and the lock is released on
+        the worker thread, after the call. The log says what happened. Shielded; True once the
+        close step has run (a call the database cannot interrupt is waited for, logged each
+        ``close_timeout``).
+
+        A failing close never raises here (it must not replace a caller's own error): it is
+        returned in `close_error` (None after a close that succeeded). The backend then is not
+        closed: the store keeps its connection and owner lock, the worker thread stays, and
+        the next `close` retries. Only a successful close marks it closed and ends the thread.
         """
+        try:
+            self._store.check_process()
+        except ForkedProcessError as exc:  # the parent's: leave connection and lock alone
+            self._open = False
+            self.close_error = exc
+            return True
         if self._closed:
             return not self._worker.alive
-        self._closed = True
+        self._closing = True
         self._open = False
-        close = self._close_sync
+        attempt = _CloseAttempt()
+        close = functools.partial(self._close_sync, attempt)
         self._worker.submit(close)  # runs here when no thread was started
         with anyio.CancelScope(shield=True):
-            if await self._worker.stop(self._close_timeout if wait is None else wait):
-                return True
-            name = self._worker.name
-            running = None
-            if self._worker.running(besides=close):
-                running = self._store.running or "a call"
-                log.warning(
-                    "%s: %s still runs at the close deadline: interrupting it (its transaction "
-                    "rolls back)",
-                    name,
-                    running,
-                )
-                await self._worker.interrupt_running(self._store.interrupt, besides=close)
-            while not await self._worker.join(self._close_timeout):
-                log.error(
-                    "%s: the worker thread has not ended %g s later (a call the database cannot "
-                    "interrupt?); still waiting: the connection stays open and the owner lock "
-                    "held until it ends",
-                    name,
-                    self._close_timeout,
-                )
+            if not await attempt.wait(self._close_timeout if wait is None else wait):
+                await self._interrupt_for(attempt, close)
+        self.close_error = attempt.error
+        if attempt.error is not None:
+            return True  # kept, not closed: see close_error; the next close retries
+        self._closed = True
+        with anyio.CancelScope(shield=True):
+            while not await self._worker.stop(self._close_timeout):
+                log.error("%s: the worker thread has not ended after the close", self._worker.name)
+        return True
+
+    async def _interrupt_for(self, attempt: _CloseAttempt, close: Callable[[], None]) -> None:
+        """At the close deadline: interrupt the running call and wait until the close ran."""
+        name = self._worker.name
+        running = None
+        if self._worker.running(besides=close):
+            running = self._store.running or "a call"
+            log.warning(
+                "%s: %s still runs at the close deadline: interrupting it (its transaction "
+                "rolls back)",
+                name,
+                running,
+            )
+            await self._worker.interrupt_running(self._store.interrupt, besides=close)
+        while not await attempt.wait(self._close_timeout):
+            log.error(
+                "%s: the close has not run %g s later (a call the database cannot interrupt?); "
+                "still waiting: the connection stays open and the owner lock held until it ends",
+                name,
+                self._close_timeout,
+            )
         if running is not None:
             interrupted = self._store.interrupted
             log.warning(
-                "%s: %s; connection closed and owner lock released",
+                "%s: %s; %s",
                 name,
                 f"{interrupted} was interrupted and rolled back (nothing of it is stored)"
                 if interrupted is not None
                 else f"{running} ended before the interrupt took effect",
+                "connection closed and owner lock released"
+                if attempt.error is None
+                else f"closing failed ({attempt.error}): connection and owner lock kept",
             )
-        return True
 
-    def _close_sync(self) -> None:
+    def _close_sync(self, attempt: _CloseAttempt) -> None:
         try:
             self._store.call(self._store.close_sync)
-        except Exception as exc:  # noqa: BLE001 - kept for the owner, who logs and reports it
-            self.close_error = exc
+        except Exception as exc:  # noqa: BLE001 - returned to `close` (close_error)
+            attempt.error = exc
+        finally:
+            attempt.done.set()
 
     def _check_open(self) -> None:
+        self._store.check_process()  # a forked child has no worker thread: never queue there
         if not self._open:
-            raise BackendClosedError(f"the {self._capabilities.backend} backend is not open")
+            raise BackendClosedError(f"the {self._capabilities.backend_name} backend is not open")
+
+
+class _CloseAttempt:
+    """One run of the close step on the worker thread: whether it ran, and how it failed."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self.error: Exception | None = None
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait (shielded) up to ``seconds`` for the close step; whether it has run."""
+        if not self.done.is_set() and seconds > 0:
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.done.wait, seconds)
+        return self.done.is_set()

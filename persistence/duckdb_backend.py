@@ -14,13 +14,14 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from persistence.backend import Capabilities, ThreadedBackend
+from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     MissingExtraError,
     PersistenceError,
     TransientError,
 )
+from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
 from persistence.schema import DDL, TABLES, VRP_COLUMNS
@@ -80,9 +81,9 @@ class DuckDBStore(SqlStore):
     blob_length = "octet_length"
     type_names = {"TEXT": "VARCHAR"}  # noqa: RUF012 - read only
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, limits: Limits | None = None) -> None:
         """Remember the path; the file is opened by `open_sync`."""
-        super().__init__(normalise(path), OwnerLock(path))
+        super().__init__(normalise(path), OwnerLock(path), limits)
 
     def open_sync(self, now: int) -> None:
         """Import duckdb, lock, connect with threads=1 and external access off, check schema."""
@@ -195,14 +196,19 @@ class DuckDBBackend(ThreadedBackend):
     """The DuckDB backend (single owner; no shared readers)."""
 
     def __init__(
-        self, path: str | Path, *, wall: Callable[[], float] = time.time, **options: Any
+        self,
+        path: str | Path,
+        *,
+        limits: Limits | None = None,
+        wall: Callable[[], float] = time.time,
+        **options: Any,
     ) -> None:
-        """Nothing is opened (nor imported) here."""
+        """Nothing is opened (nor imported) here; ``limits`` bound what a read builds."""
         self.path = normalise(path)
         super().__init__(
-            DuckDBStore(path),
-            Capabilities(
-                backend="duckdb",
+            DuckDBStore(path, limits),
+            BackendCapabilities(
+                backend_name="duckdb",
                 schema_version=SCHEMA_VERSION,
                 shared_read=False,
                 single_owner=True,

@@ -71,6 +71,14 @@ class BackendClosedError(PersistenceError):
     """The backend is not open (never opened, or closed)."""
 
 
+class ForkedProcessError(PersistenceError):
+    """A backend, store or owner lock used in a process forked from the one that opened it.
+
+    The connection and the owner lock belong to the opening process: a forked child can
+    neither use them nor release the parent's lock (its close leaves both alone).
+    """
+
+
 class CloseFailedError(PersistenceError):
     """The close could not hand over a final state: ``details`` holds ``phase`` and ``cause``."""
 

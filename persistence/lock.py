@@ -18,7 +18,7 @@ import os
 import threading
 from pathlib import Path
 
-from persistence.errors import OwnerLockedError, TransientError
+from persistence.errors import ForkedProcessError, OwnerLockedError, TransientError
 
 _held: set[str | tuple[int, int]] = set()
 _guard = threading.Lock()
@@ -48,12 +48,28 @@ class OwnerLock:
         self._fd: int | None = None
         self._db_fd: int | None = None
         self._identity: tuple[int, int] | None = None
+        #: The process that took the lock (None while nothing is held).
+        self._pid: int | None = None
+
+    @property
+    def inherited(self) -> bool:
+        """Whether the lock is held by another process than this one (this is a forked child)."""
+        return self._pid is not None and self._pid != os.getpid()
+
+    def check_process(self) -> None:
+        """`ForkedProcessError` in a process forked from the lock's owner."""
+        if self.inherited:
+            raise ForkedProcessError(
+                f"the owner lock of {self.path} belongs to process {self._pid}, not to this "
+                f"forked process {os.getpid()}"
+            )
 
     def acquire(self) -> None:
         """Take the path lock, and the file lock if the file exists; `OwnerLockedError` if taken.
 
         When the database file does not exist yet, call `lock_database` right after creating it.
         """
+        self.check_process()
         key = str(self.path)
         with _guard:
             if key in _held:
@@ -72,6 +88,7 @@ class OwnerLock:
             os.write(fd, f"{os.getpid()}\n".encode())
             _held.add(key)
             self._fd = fd
+            self._pid = os.getpid()
         try:
             self.lock_database(missing_ok=True)
         except BaseException:
@@ -120,7 +137,13 @@ class OwnerLock:
             self._identity = identity
 
     def release(self) -> None:
-        """Drop both locks (idempotent); call it after the database connection is closed."""
+        """Drop both locks (idempotent); call it after the database connection is closed.
+
+        In a forked child it does nothing: the locks are the parent's (an inherited ``flock``
+        lives on the shared open file, and unlocking it here would unlock it for the parent).
+        """
+        if self.inherited:
+            return
         with _guard:
             if self._db_fd is not None:
                 os.close(self._db_fd)
@@ -132,3 +155,4 @@ class OwnerLock:
                 os.close(self._fd)
                 self._fd = None
                 _held.discard(str(self.path))
+            self._pid = None

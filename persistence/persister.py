@@ -32,7 +32,7 @@ from anyio.abc import TaskStatus
 
 from persistence.backend import PersistenceBackend
 from persistence.errors import CommitConflictError, PersistenceError
-from persistence.state import CommitReceipt, PersistedState, StateHeader, StateId
+from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
 from snapshot.backoff import jittered_backoff
 
 log = logging.getLogger(__name__)
@@ -101,7 +101,7 @@ class Persister:
         """``persisted``: the id the store holds now (the CAS ``expected`` of the first commit)."""
         self.backend = backend
         self._status = PersisterStatus(
-            backend=backend.capabilities.backend,
+            backend=backend.capabilities.backend_name,
             path=path,
             last_persisted_id=None if persisted is None else str(persisted),
             last_commit_wall=None,
@@ -117,7 +117,7 @@ class Persister:
         self._attempt: Attempt | None = None
         self._pending: PersistedState | None = None
         self._latest_offered: StateId | None = None
-        self._last_receipt: CommitReceipt | None = None
+        self._last_receipt: PersistReceipt | None = None
         self._wakeup = anyio.Event()
         self._progress = anyio.Event()
         self._error: PersistenceError | None = None
@@ -148,7 +148,7 @@ class Persister:
         self._status = replace(self._status, pending=True)
         self._wakeup.set()
 
-    async def flush(self) -> CommitReceipt:
+    async def flush(self) -> PersistReceipt:
         """Wait until the latest state offered so far (or a later one) is committed.
 
         With nothing offered yet, waits for the first commit.
@@ -160,7 +160,7 @@ class Persister:
         while True:
             receipt = self._last_receipt
             # Nothing offered yet: the first state committed from now on is "a later state".
-            if receipt is not None and (target is None or _reached(receipt.state_id, target)):
+            if receipt is not None and (target is None or _reached(receipt.snapshot_id, target)):
                 return receipt
             if self._error is not None:
                 raise PersisterStoppedError(str(self._error)) from self._error
@@ -251,9 +251,7 @@ class Persister:
         self._attempt = None
         self._status = replace(self._status, unconfirmed_id=None)
         if header is not None and attempt.matches(header):
-            receipt = CommitReceipt(
-                header.state_id, header.written_at, header.state_digest, retried=True
-            )
+            receipt = header.receipt(retried=True)
             self._confirmed(attempt, receipt)
             return True
         stored = None if header is None else header.state_id
@@ -294,7 +292,7 @@ class Persister:
         self._failures += 1
         await anyio.sleep(wait)
 
-    def _confirmed(self, attempt: Attempt, receipt: CommitReceipt) -> None:
+    def _confirmed(self, attempt: Attempt, receipt: PersistReceipt) -> None:
         pending = self._pending
         if pending is not None and pending.state_id == attempt.state_id:
             self._pending = None  # the very state that was attempted (ids are unique)
@@ -302,17 +300,17 @@ class Persister:
         self._record(receipt, seconds=None)
         log.info(
             "persisted state %s (confirmed by the stored header after an unknown outcome)",
-            receipt.state_id,
+            receipt.snapshot_id,
         )
         self._signal()
 
-    def _committed(self, state: PersistedState, receipt: CommitReceipt, seconds: float) -> None:
+    def _committed(self, state: PersistedState, receipt: PersistReceipt, seconds: float) -> None:
         if self._pending is state:
             self._pending = None
         self._record(receipt, seconds)
         log.info(
             "persisted state %s (serial %d, %d VRPs) in %.2f s%s",
-            receipt.state_id,
+            receipt.snapshot_id,
             state.serial,
             state.vrp_count(),
             seconds,
@@ -320,12 +318,12 @@ class Persister:
         )
         self._signal()
 
-    def _record(self, receipt: CommitReceipt, seconds: float | None) -> None:
-        self._persisted = receipt.state_id
+    def _record(self, receipt: PersistReceipt, seconds: float | None) -> None:
+        self._persisted = receipt.snapshot_id
         self._last_receipt = receipt
         self._status = replace(
             self._status,
-            last_persisted_id=str(receipt.state_id),
+            last_persisted_id=str(receipt.snapshot_id),
             last_commit_wall=self._wall(),
             last_commit_seconds=seconds,
             commits=self._status.commits + 1,

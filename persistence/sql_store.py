@@ -8,6 +8,7 @@ something with ``fetchone``/``fetchall``.
 from __future__ import annotations
 
 import logging
+import os
 import struct
 from abc import abstractmethod
 from array import array
@@ -20,10 +21,12 @@ from persistence.errors import (
     CallInterruptedError,
     CommitConflictError,
     DamagedStateError,
+    ForkedProcessError,
     PersistenceError,
     TransientError,
 )
 from persistence.interrupt import Interrupt
+from persistence.limits import CHECKS, LimitExceededError, Limits
 from persistence.lock import OwnerLock
 from persistence.meta_rows import (
     checked_observed_at,
@@ -52,8 +55,9 @@ from persistence.schema import (
     VRP_COLUMNS,
 )
 from persistence.state import (
-    CommitReceipt,
+    SCHEMA_VERSION,
     PersistedState,
+    PersistReceipt,
     SourceRecord,
     StateHeader,
     StateId,
@@ -75,9 +79,10 @@ class SqlStore(StructureChecks):
     #: How VRP rows are read in (source, seq) order; SQLite reads its rowid (insertion) order.
     vrp_order = "ORDER BY source_id, family, seq"
 
-    def __init__(self, path: Path, lock: OwnerLock | None) -> None:
+    def __init__(self, path: Path, lock: OwnerLock | None, limits: Limits | None = None) -> None:
         """No connection until `open_sync`; ``lock`` is None for a read-only follower."""
         self.path = path
+        self.limits = Limits() if limits is None else limits
         self.store_id: str | None = None
         self._db: Any = None
         self._lock = lock
@@ -86,6 +91,16 @@ class SqlStore(StructureChecks):
         self.running: str | None = None
         #: The name of the call the interrupt ended (its transaction rolled back), if any.
         self.interrupted: str | None = None
+        #: The process that opened the store (None before): a forked child may not use it.
+        self.pid: int | None = None
+
+    def check_process(self) -> None:
+        """`ForkedProcessError` in a process forked from the one that opened the store."""
+        if self.pid is not None and self.pid != os.getpid():
+            raise ForkedProcessError(
+                f"{self.path}: the connection belongs to process {self.pid}, not to this forked "
+                f"process {os.getpid()}"
+            )
 
     def _take_ownership(self) -> None:
         """Create the directory, then take the owner lock (before any connection).
@@ -105,19 +120,24 @@ class SqlStore(StructureChecks):
             self._lock.lock_database()
 
     def close_sync(self) -> None:
-        """Close the connection (the database checkpoints its WAL) and release the lock.
+        """Close the connection (the database checkpoints its WAL), then release the lock.
 
-        An open transaction (an interrupted call's) is rolled back by the close itself.
+        An open transaction (an interrupted call's) is rolled back by the close itself. When
+        the connection's close raises, the connection and the owner lock are kept: the error
+        propagates and a later call retries the close. In a forked child it raises
+        `ForkedProcessError` and touches neither: both are the parent's.
         """
-        try:
-            with self._interrupt.guarded():
-                if self._db is not None:
-                    self._db.close()
-                self._db = None
-        finally:
+        self.check_process()
+        with self._interrupt.guarded():
+            if self._db is not None:
+                self._close_connection(self._db)
             self._db = None
-            if self._lock is not None:
-                self._lock.release()
+        if self._lock is not None:
+            self._lock.release()
+
+    def _close_connection(self, db: Any) -> None:
+        """Close the driver connection (the one point where a close can fail)."""
+        db.close()
 
     def interrupt(self) -> None:
         """From any thread: end the running call and every later one (the close deadline).
@@ -138,6 +158,7 @@ class SqlStore(StructureChecks):
         Anything else (an `AssertionError`, a bug, a `BaseException` such as cancellation)
         propagates unchanged, after the method's own cleanup.
         """
+        self.check_process()
         self.running = getattr(fn, "__name__", "a call")
         try:
             return fn(*args)
@@ -204,6 +225,7 @@ class SqlStore(StructureChecks):
                 (bad,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
                 if bad:
                     raise DamagedStateError(f"{table}: {bad} rows break a type or range rule")
+            self._check_limits()
             try:
                 sources = self._read_sources(header)
                 observed_at = checked_observed_at(header, sources)
@@ -230,6 +252,16 @@ class SqlStore(StructureChecks):
         if state.digest() != header.state_digest:
             raise DamagedStateError("state digest mismatch: the rows are not what was committed")
         return header, state
+
+    def _check_limits(self) -> None:
+        """Count sources, supports and large-field octets in SQL; refuse what exceeds `limits`."""
+        for what, name, query in CHECKS:
+            (found,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
+            bound: int = getattr(self.limits, name)
+            if int(found) > bound:
+                raise LimitExceededError(
+                    f"the stored state has {int(found)} {what}, more than {name}={bound}"
+                )
 
     def _fetch(self, sql: str) -> Iterator[Row]:
         cursor = self._conn().execute(sql)
@@ -295,7 +327,7 @@ class SqlStore(StructureChecks):
     # ------------------------------------------------------------------ commit
     def commit_sync(
         self, state: PersistedState, expected: StateId | None, written_at: int
-    ) -> CommitReceipt:
+    ) -> PersistReceipt:
         """Replace the stored state by ``state`` if the stored one is ``expected`` (CAS)."""
         if state.store_id != self.store_id:
             raise CommitConflictError(
@@ -308,13 +340,19 @@ class SqlStore(StructureChecks):
             if _check_cas(header, state.state_id, expected, digest):
                 assert header is not None
                 self._rollback()
-                return CommitReceipt(state.state_id, header.written_at, digest, retried=True)
+                return header.receipt(retried=True)
             self._write(state, digest, written_at)
             self._commit()
         except BaseException:
             self._rollback()
             raise
-        return CommitReceipt(state.state_id, written_at, digest)
+        return PersistReceipt(
+            snapshot_id=state.state_id,
+            config_revision=state.config_revision,
+            committed_at=written_at,
+            schema_version=SCHEMA_VERSION,
+            state_digest=digest,
+        )
 
     def _write(self, state: PersistedState, digest: bytes, written_at: int) -> None:
         conn = self._conn()

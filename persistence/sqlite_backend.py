@@ -14,12 +14,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from persistence.backend import Capabilities, ThreadedBackend
+from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     PersistenceError,
     TransientError,
 )
+from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
 from persistence.schema import TABLES
@@ -47,6 +48,12 @@ _CORRUPT_IO = frozenset({sqlite3.SQLITE_IOERR_DATA, sqlite3.SQLITE_IOERR_CORRUPT
 _CORRUPT = frozenset({sqlite3.SQLITE_CORRUPT, sqlite3.SQLITE_NOTADB, sqlite3.SQLITE_FORMAT})
 #: How long a statement waits for a lock held by another connection (followers, checkpoints).
 BUSY_TIMEOUT_MS = 5_000
+#: The owner's automatic checkpoint threshold in WAL pages (SQLite's automatic checkpoints are
+#: PASSIVE: they never wait for a reader and never truncate the WAL).
+WAL_AUTOCHECKPOINT_PAGES = 1000
+#: How much of a reset WAL (and other journals) SQLite keeps on disk: 64 MiB. A retention bound,
+#: not a hard disk limit: a long read keeps the WAL from being recycled.
+JOURNAL_SIZE_LIMIT = 64 * 1024 * 1024
 
 
 def classify(exc: sqlite3.Error) -> PersistenceError:
@@ -83,10 +90,15 @@ class SQLiteStore(SqlStore):
     vrp_order = "ORDER BY rowid"
 
     def __init__(
-        self, path: str | Path, *, read_only: bool = False, max_page_count: int | None = None
+        self,
+        path: str | Path,
+        *,
+        read_only: bool = False,
+        max_page_count: int | None = None,
+        limits: Limits | None = None,
     ) -> None:
         """Remember the settings; the file is opened by `open_sync`."""
-        super().__init__(normalise(path), None if read_only else OwnerLock(path))
+        super().__init__(normalise(path), None if read_only else OwnerLock(path), limits)
         self.read_only = read_only
         self.max_page_count = max_page_count
 
@@ -95,7 +107,11 @@ class SQLiteStore(SqlStore):
         return db
 
     def open_sync(self, now: int) -> None:
-        """Lock, connect, check (or create) the schema; WAL and synchronous=FULL for the owner."""
+        """Lock, connect, check (or create) the schema.
+
+        The owner sets WAL, synchronous=FULL, `WAL_AUTOCHECKPOINT_PAGES` and
+        `JOURNAL_SIZE_LIMIT` explicitly; it never runs a TRUNCATE checkpoint itself.
+        """
         if self.read_only:
             self._open_reader()
             return
@@ -110,6 +126,8 @@ class SQLiteStore(SqlStore):
                 self.check_writable()
             _use_wal(db, self.path)
             db.execute("PRAGMA synchronous=FULL")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
+            db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
             db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
             if self.max_page_count is not None:
                 db.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
@@ -180,15 +198,16 @@ class SQLiteBackend(ThreadedBackend):
         *,
         read_only: bool = False,
         max_page_count: int | None = None,
+        limits: Limits | None = None,
         wall: Callable[[], float] = time.time,
         **options: Any,
     ) -> None:
-        """Nothing is opened here."""
+        """Nothing is opened here; ``limits`` bound what a read builds (default `Limits()`)."""
         self.path = normalise(path)
         super().__init__(
-            SQLiteStore(path, read_only=read_only, max_page_count=max_page_count),
-            Capabilities(
-                backend="sqlite",
+            SQLiteStore(path, read_only=read_only, max_page_count=max_page_count, limits=limits),
+            BackendCapabilities(
+                backend_name="sqlite",
                 schema_version=SCHEMA_VERSION,
                 shared_read=True,
                 single_owner=True,

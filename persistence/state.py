@@ -202,6 +202,17 @@ class StateHeader:
             evaluated_digest=self.evaluated_digest,
         )
 
+    def receipt(self, *, retried: bool = False) -> PersistReceipt:
+        """The `PersistReceipt` of the commit that wrote this header."""
+        return PersistReceipt(
+            snapshot_id=self.state_id,
+            config_revision=self.config_revision,
+            committed_at=self.written_at,
+            schema_version=self.schema_version,
+            state_digest=self.state_digest,
+            retried=retried,
+        )
+
 
 def header_digest(  # noqa: PLR0917 - one parameter per header column
     schema_version: int,
@@ -257,14 +268,20 @@ def evaluated_digest(sources: Iterable[SourceRecord]) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
-class CommitReceipt:
-    """What a commit (or its idempotent retry) wrote."""
+class PersistReceipt:
+    """What a commit (or its idempotent retry) actually stored: the persistence contract's receipt.
 
-    state_id: StateId
-    written_at: int
+    ``committed_at`` is the stored ``written_at`` (integer microseconds, UTC); a retry returns the
+    original one. ``retried`` is our addition and takes no part in equality.
+    """
+
+    snapshot_id: StateId
+    config_revision: int
+    committed_at: int
+    schema_version: int
     state_digest: bytes
     #: True when the same state was already stored (a retry after an unknown outcome).
-    retried: bool = False
+    retried: bool = field(default=False, compare=False)
 
 
 def _put_int(h: hashlib._Hash, value: int) -> None:

@@ -253,10 +253,10 @@ async def persist_last(
         except PersisterStoppedError as exc:
             reason = f"persistence stopped: {exc}"
         else:
-            done = handover.offers.get(receipt.state_id, last)
+            done = handover.offers.get(receipt.snapshot_id, last)
             return ShutdownReport(
                 persisted=True,
-                message=f"shutdown: state {receipt.state_id} (serial {done.serial}, "
+                message=f"shutdown: state {receipt.snapshot_id} (serial {done.serial}, "
                 f"{done.vrps:,} VRPs) persisted in {anyio.current_time() - started:.1f} s",
             )
     what = f"state {last.state_id} (serial {last.serial})"

@@ -30,7 +30,10 @@ EXPECTED = {
         "DuckDBBackend",
         "PersistenceError",
         "MissingExtraError",
-        "CommitReceipt",
+        "PersistReceipt",
+        "BackendCapabilities",
+        "Limits",
+        "LimitExceededError",
     },
 }
 

@@ -29,7 +29,7 @@ async def test_status_and_metrics_show_the_last_persisted_state(tmp_path: Path) 
         document = (await running.get("/status")).json()["persistence"]
         assert document["backend"] == "sqlite"
         assert document["path"] == str(state.path)
-        assert document["last_persisted_id"] == str(first.state_id) == "1.1"
+        assert document["last_persisted_id"] == str(first.snapshot_id) == "1.1"
         assert document["failures"] == 0
         write_export(source, updated_export())
         await wait_until(lambda: persister.status.commits >= 2, what="the second commit")

@@ -13,7 +13,7 @@ from typing import Any
 import anyio
 import pytest
 
-from persistence.backend import PersistenceBackend
+from persistence.backend import BackendCapabilities, PersistenceBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.errors import (
     BackendClosedError,
@@ -25,7 +25,7 @@ from persistence.errors import (
     UnsupportedSchemaError,
 )
 from persistence.schema import DDL, TABLES
-from persistence.state import SCHEMA_VERSION, StateId, header_digest
+from persistence.state import SCHEMA_VERSION, PersistReceipt, StateId, header_digest
 from tests.clock import FakeClock
 from tests.persistence.helpers import KINDS, ROOT, START, listing, make, opened, raw, wall_us
 from tests.persistence.states import (
@@ -67,7 +67,8 @@ async def test_capabilities(kind: str, path: Path) -> None:
     backend = make(kind, path)
     assert isinstance(backend, PersistenceBackend)
     caps = backend.capabilities
-    assert caps.backend == kind
+    assert isinstance(caps, BackendCapabilities)
+    assert caps.backend_name == kind
     assert caps.schema_version == SCHEMA_VERSION == 2
     assert caps.shared_read is (kind == "sqlite")
     assert caps.single_owner
@@ -131,13 +132,17 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
         assert backend.store_id is not None
         first = make_state(backend.store_id, StateId(7, 1))
         receipt = await backend.commit(first, None)
-        assert receipt.state_id == first.state_id
-        assert receipt.written_at == wall_us(clock)
+        assert receipt.snapshot_id == first.state_id
+        assert receipt.committed_at == wall_us(clock)
         assert receipt.state_digest == first.digest()
+        assert receipt.config_revision == first.config_revision
+        assert receipt.schema_version == SCHEMA_VERSION
+        assert isinstance(receipt, PersistReceipt)
         assert not receipt.retried
         result = await backend.read_state()
         assert result is not None
         header, got = result
+        assert header.receipt() == receipt  # what a read reports is the commit's receipt
         assert_same_state(got, first)
         assert header == await backend.read_header()
         assert header.schema_version == 2
@@ -178,7 +183,7 @@ async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, pat
             make_state(backend.store_id, StateId(1, 1)), published_at=wall_us(clock) + hour
         )
         receipt = await backend.commit(published, None)
-        assert receipt.written_at == wall_us(clock) + hour
+        assert receipt.committed_at == wall_us(clock) + hour
         header = await backend.read_header()
         assert header is not None
         assert header.written_at == wall_us(clock) + hour
@@ -187,22 +192,22 @@ async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, pat
         observed = replace(plain, observed_at=wall_us(clock) + 2 * hour)
         assert observed.digest() == plain.digest()  # observed_at is no part of the content
         receipt = await backend.commit(observed, StateId(1, 1))
-        assert receipt.written_at == wall_us(clock) + 2 * hour
+        assert receipt.committed_at == wall_us(clock) + 2 * hour
         # A retry keeps the original written_at, whatever it observed since.
         again = await backend.commit(replace(observed, observed_at=wall_us(clock) + 9 * hour), None)
         assert again.retried
-        assert again.written_at == wall_us(clock) + 2 * hour
+        assert again.committed_at == wall_us(clock) + 2 * hour
 
         http, rtr, empty = realistic_sources()
         ahead = replace(rtr, accepted_at=wall_us(clock) + 3 * hour)
         accepted = make_state(backend.store_id, StateId(1, 3), (http, ahead, empty), serial=44)
         receipt = await backend.commit(accepted, StateId(1, 2))
-        assert receipt.written_at == wall_us(clock) + 3 * hour
+        assert receipt.committed_at == wall_us(clock) + 3 * hour
 
         clock.move_wall(5 * 3600)  # the wall clock ahead of everything in the state wins
         later = replace(make_state(backend.store_id, StateId(1, 4), serial=45), observed_at=1)
         receipt = await backend.commit(later, StateId(1, 3))
-        assert receipt.written_at == wall_us(clock)
+        assert receipt.committed_at == wall_us(clock)
     async with opened(kind, path) as backend:
         result = await backend.read_state()
         assert result is not None
@@ -231,14 +236,14 @@ async def test_idempotent_retry_returns_the_original_commit(kind: str, path: Pat
         # The caller did not learn the outcome and tries again with the same expectation.
         again = await backend.commit(state, None)
         assert again.retried
-        assert again.written_at == first.written_at == wall_us(FakeClock(wall=START))
+        assert again.committed_at == first.committed_at == wall_us(FakeClock(wall=START))
         assert again.state_digest == first.state_digest
         # An equal state built anew is the same content.
         rebuilt = make_state(backend.store_id, StateId(1, 1))
         assert (await backend.commit(rebuilt, None)).retried
         header = await backend.read_header()
         assert header is not None
-        assert header.written_at == first.written_at
+        assert header.written_at == first.committed_at
 
 
 async def test_expected_conflict_leaves_the_stored_state(kind: str, path: Path) -> None:

@@ -9,11 +9,11 @@ from pathlib import Path
 import anyio
 import pytest
 
-from persistence.backend import Capabilities, ThreadedBackend
+from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import CommitConflictError, CorruptStateError, TransientError
 from persistence.persister import Persister, PersisterStoppedError
 from persistence.sqlite_backend import SQLiteBackend
-from persistence.state import CommitReceipt, PersistedState, StateHeader, StateId
+from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
 from tests.persistence.states import crash_state
 
 pytestmark = pytest.mark.anyio
@@ -42,7 +42,7 @@ class Scripted:
         self.header_read = anyio.Event()
 
     @property
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> BackendCapabilities:
         return self.real.capabilities
 
     @property
@@ -62,7 +62,7 @@ class Scripted:
     async def read_state(self) -> None:
         raise NotImplementedError
 
-    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
         self.entered.set()
         if self.gate is not None:
             await self.gate.wait()
@@ -112,7 +112,7 @@ async def test_states_offered_during_a_commit_are_coalesced(tmp_path: Path) -> N
         backend.gate.set()
         with anyio.fail_after(TIMEOUT):
             receipt = await persister.flush()
-        assert receipt.state_id == StateId(1, 3)
+        assert receipt.snapshot_id == StateId(1, 3)
         assert backend.committed == [StateId(1, 1), StateId(1, 3)]  # 2 was never written
         status = persister.status
         assert (status.commits, status.failures, status.pending) == (2, 0, False)
@@ -128,7 +128,7 @@ async def test_transient_errors_are_retried(tmp_path: Path) -> None:
         persister.offer(make_state(store, 1))
         with anyio.fail_after(TIMEOUT):
             receipt = await persister.flush()
-        assert receipt.state_id == StateId(1, 1)
+        assert receipt.snapshot_id == StateId(1, 1)
         assert persister.status.failures == 2
         assert persister.status.commits == 1
         assert persister.status.last_error is None
@@ -144,7 +144,7 @@ async def test_a_lost_acknowledgement_is_confirmed_by_the_stored_header(tmp_path
         assert backend.committed == [StateId(1, 1)]  # confirmed, not written again
         header = await backend.real.read_header()
         assert header is not None
-        assert header.written_at == receipt.written_at  # the original commit's time
+        assert header.written_at == receipt.committed_at  # the original commit's time
         assert persister.persisted == StateId(1, 1)
         status = persister.status
         assert (status.commits, status.failures, status.pending) == (1, 1, False)
@@ -165,8 +165,8 @@ async def test_a_lost_acknowledgement_then_a_newer_state(tmp_path: Path) -> None
         with anyio.fail_after(TIMEOUT):
             first = await persister.flush()  # waits for 1 (or later), offered so far
             receipt = await persister.flush()  # now 2 was offered too
-        assert first.state_id in {StateId(1, 1), StateId(1, 2)}
-        assert receipt.state_id == StateId(1, 2)
+        assert first.snapshot_id in {StateId(1, 1), StateId(1, 2)}
+        assert receipt.snapshot_id == StateId(1, 2)
         assert not receipt.retried
         assert backend.committed == [StateId(1, 1), StateId(1, 2)]
         status = persister.status
@@ -179,7 +179,7 @@ async def test_a_lost_acknowledgement_then_a_newer_state(tmp_path: Path) -> None
         # Persistence goes on.
         persister.offer(make_state(store, 3))
         with anyio.fail_after(TIMEOUT):
-            assert (await persister.flush()).state_id == StateId(1, 3)
+            assert (await persister.flush()).snapshot_id == StateId(1, 3)
 
 
 async def test_a_failed_commit_then_a_newer_state(tmp_path: Path) -> None:
@@ -195,7 +195,7 @@ async def test_a_failed_commit_then_a_newer_state(tmp_path: Path) -> None:
         backend.header_failures = [TransientError("disk I/O error"), TransientError("busy")]
         persister.offer(make_state(store, 1))
         with anyio.fail_after(TIMEOUT):
-            while (await persister.flush()).state_id != StateId(1, 2):
+            while (await persister.flush()).snapshot_id != StateId(1, 2):
                 pass
         assert backend.committed == [StateId(1, 2)]
         assert backend.header_reads == 3  # two failed reads, retried with backoff
@@ -249,7 +249,7 @@ async def test_a_lost_acknowledgement_with_a_failing_header_read(tmp_path: Path)
             with anyio.fail_after(TIMEOUT):
                 receipt = await persister.flush()
         assert seen == ["1.1"]  # visible while the outcome was unknown
-        assert receipt.state_id == StateId(1, 1)
+        assert receipt.snapshot_id == StateId(1, 1)
         assert backend.committed == [StateId(1, 1)]
         assert backend.header_reads >= 2  # failed reads were retried (with backoff)
         status = persister.status

@@ -15,7 +15,7 @@ import pytest
 from persistence.errors import REVOCATION_FAILED, CloseFailedError
 from persistence.persister import Persister, PersisterStoppedError
 from persistence.sqlite_backend import SQLiteBackend
-from persistence.state import CommitReceipt, StateId
+from persistence.state import PersistReceipt, StateId
 from tests.persistence.test_persister import Scripted, make_state, persister_on
 
 pytestmark = pytest.mark.anyio
@@ -36,7 +36,7 @@ async def test_stop_drops_the_waiting_state_refuses_offers_and_wakes_flush_at_on
             await persister.flush()
         persister.hold()  # the close: no commit starts until the final state is known
         persister.offer(make_state(store, 2))  # the pre-revocation candidate
-        outcome: list[BaseException | CommitReceipt] = []
+        outcome: list[BaseException | PersistReceipt] = []
         woken = anyio.Event()
 
         async def wait_for_it() -> None:
@@ -79,7 +79,7 @@ async def test_a_flush_still_waiting_when_run_ends_gets_a_stop_error(tmp_path: P
     backend.gate = anyio.Event()
     persister = Persister(backend)
     assert backend.store_id is not None
-    outcome: list[BaseException | CommitReceipt] = []
+    outcome: list[BaseException | PersistReceipt] = []
     woken = anyio.Event()
 
     async def wait_for_it() -> None:

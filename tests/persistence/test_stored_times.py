@@ -101,7 +101,7 @@ async def test_the_stored_times_leave_the_state_digest_alone(kind: str, path: Pa
         assert later.digest() == state.digest()
         again = await backend.commit(later, None)
         assert again.retried
-        assert again.written_at == first.written_at
+        assert again.committed_at == first.committed_at
         assert again.state_digest == first.state_digest
         result = await backend.read_state()
         assert result is not None
@@ -118,12 +118,12 @@ async def test_written_at_is_never_below_a_stored_time(kind: str, path: Path) ->
             state, sources=(http, replace(rtr, evaluated_at=wall_us(clock) + HOUR), empty)
         )
         receipt = await backend.commit(ahead, None)
-        assert receipt.written_at == wall_us(clock) + HOUR
+        assert receipt.committed_at == wall_us(clock) + HOUR
         observed = replace(
             timed(backend.store_id, StateId(1, 2), clock), observed_at=wall_us(clock) + 2 * HOUR
         )
         receipt = await backend.commit(observed, StateId(1, 1))
-        assert receipt.written_at == wall_us(clock) + 2 * HOUR
+        assert receipt.committed_at == wall_us(clock) + 2 * HOUR
         header = await backend.read_header()
         assert header is not None
         assert header.written_at == wall_us(clock) + 2 * HOUR

@@ -20,14 +20,14 @@ from pathlib import Path
 import anyio
 import pytest
 
-from persistence.backend import Capabilities, PersistenceBackend, ThreadedBackend
+from persistence.backend import BackendCapabilities, PersistenceBackend, ThreadedBackend
 from persistence.errors import TransientError
 from persistence.location import StateLocation
 from persistence.state import (
     NEVER,
     US_PER_SECOND,
-    CommitReceipt,
     PersistedState,
+    PersistReceipt,
     SourceRecord,
     StateHeader,
     StateId,
@@ -175,7 +175,7 @@ class GatedBackend:
         self.blocked = False
 
     @property
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> BackendCapabilities:
         return self.inner.capabilities
 
     @property
@@ -195,7 +195,7 @@ class GatedBackend:
     async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
         return await self.inner.read_state()
 
-    async def commit(self, state: PersistedState, expected: StateId | None) -> CommitReceipt:
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
         raise AssertionError("a follower never commits")
 
     async def close(self) -> bool:

@@ -132,7 +132,7 @@ async def test_recovered_state_is_replaced_when_the_source_delivers(
         assert app.persister is not None
         with anyio.fail_after(TIMEOUT):
             receipt = await app.persister.flush()
-        assert receipt.state_id.epoch == 2  # a new epoch after the restart
+        assert receipt.snapshot_id.epoch == 2  # a new epoch after the restart
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -1,0 +1,52 @@
+"""`Limits`: the bounds a read checks with SQL counts and lengths before it builds any record."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from persistence.errors import PersistenceError
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Bounds on what one read of a stored state may build (all checked before decoding rows).
+
+    The defaults leave room for several copies of the full global table.
+    """
+
+    #: Sources in one state.
+    max_sources: int = 10_000
+    #: Supports (stored payload rows: VRPs, Router Keys, ASPAs and their providers) in total.
+    max_supports: int = 50_000_000
+    #: Octets of the large fields (VRP networks, Router Key SKIs and SPKIs) in total.
+    max_export_bytes: int = 1 << 30
+
+
+class LimitExceededError(PersistenceError):
+    """The stored state is larger than the `Limits` allow: nothing of it was built.
+
+    Not retryable (the same file is as large next time) and not corrupt: the file is left as
+    it is; larger limits read it.
+    """
+
+
+#: The counts a read checks, as (what, the `Limits` field, SQL with a ``{blob_length}`` slot).
+CHECKS = (
+    ("sources", "max_sources", "SELECT COUNT(*) FROM sources"),
+    (
+        "supports",
+        "max_supports",
+        (
+            "SELECT (SELECT COUNT(*) FROM vrps) + (SELECT COUNT(*) FROM router_keys)"
+            " + (SELECT COUNT(*) FROM aspas) + (SELECT COUNT(*) FROM aspa_providers)"
+        ),
+    ),
+    (
+        "octets of large fields",
+        "max_export_bytes",
+        (
+            "SELECT (SELECT COALESCE(SUM({blob_length}(network)), 0) FROM vrps) + (SELECT"
+            " COALESCE(SUM({blob_length}(ski) + {blob_length}(spki)), 0) FROM router_keys)"
+        ),
+    ),
+)

@@ -1,0 +1,63 @@
+"""P-32 on real files: a read counts sources, supports and large-field octets before it builds."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from persistence import LimitExceededError, Limits, PersistenceError
+from persistence.state import PersistedState, StateId
+from tests.persistence.helpers import KINDS, make, opened
+from tests.persistence.states import assert_same_state, make_state
+
+pytestmark = pytest.mark.anyio
+
+
+def measures(state: PersistedState) -> dict[str, int]:
+    """What the read counts, computed from the state itself."""
+    supports = octets = 0
+    for s in state.sources:
+        supports += s.vrp_count + len(s.router_keys) + len(s.aspas)
+        supports += sum(len(aspa.providers) for aspa, _ in s.aspas)
+        octets += 4 * len(s.v4_expires) + 16 * len(s.v6_expires)
+        octets += sum(len(key.ski) + len(key.spki) for key, _ in s.router_keys)
+    return {
+        "max_sources": len(state.sources),
+        "max_supports": supports,
+        "max_export_bytes": octets,
+    }
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("bound", ["max_sources", "max_supports", "max_export_bytes"])
+async def test_a_read_over_a_bound_is_refused_and_at_the_bound_it_reads(
+    tmp_path: Path, kind: str, bound: str
+) -> None:
+    path = tmp_path / f"state.{kind}"
+    async with opened(kind, path) as backend:
+        assert backend.store_id is not None
+        state = make_state(backend.store_id, StateId(1, 1))
+        await backend.commit(state, None)
+    exact = measures(state)[bound]
+    assert exact > 0
+    at = replace(Limits(), **{bound: exact})
+    reader = make(kind, path, limits=at)
+    await reader.open()
+    try:
+        result = await reader.read_state()
+        assert result is not None
+        assert_same_state(result[1], state)
+    finally:
+        assert await reader.close()
+    over = make(kind, path, limits=replace(Limits(), **{bound: exact - 1}))
+    await over.open()
+    try:
+        with pytest.raises(LimitExceededError, match=bound) as caught:
+            await over.read_state()
+        assert isinstance(caught.value, PersistenceError)
+        assert not caught.value.retryable
+        assert await over.read_header() is not None  # the file is left as it is
+    finally:
+        assert await over.close()
