@@ -8,7 +8,6 @@ changed; `Watch` turns a full queue into a sticky `ResyncRequiredError` and a no
 
 from __future__ import annotations
 
-import enum
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import anyio
 
 from snapshot.delta import AspaChange
 from snapshot.kinds import PayloadKind
+from snapshot.lifecycle import Lifecycle
 from snapshot.model import IPNetwork, RouterKey, Vrp
 from snapshot.queries import ResyncRequiredError, SnapshotExpiredError, SnapshotView
 from snapshot.snapshot import Snapshot
@@ -42,14 +42,8 @@ __all__ = [
 ]
 
 
-class ClientState(enum.Enum):
-    """Where a `Client` is in its life."""
-
-    CREATED = "created"
-    OPEN = "open"
-    RUNNING = "running"
-    CLOSING = "closing"
-    CLOSED = "closed"
+#: Where a `Client` is in its life (the states every library object shares).
+ClientState = Lifecycle
 
 
 @dataclass(frozen=True, slots=True)

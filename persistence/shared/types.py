@@ -7,7 +7,6 @@ overflow or a change of the writer's publish identity turns into a sticky `Resyn
 
 from __future__ import annotations
 
-import enum
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
 from snapshot.kinds import PayloadKind
+from snapshot.lifecycle import Lifecycle
 from snapshot.queries import ResyncRequiredError, SnapshotView
 from snapshot.snapshot import Snapshot
 
@@ -56,14 +56,8 @@ class SharedReaderConfig:
             raise ValueError("queue_size must be at least 1")
 
 
-class ReaderState(enum.Enum):
-    """Where a `SharedSnapshotClient` is in its life."""
-
-    CREATED = "created"
-    OPEN = "open"
-    RUNNING = "running"
-    CLOSING = "closing"
-    CLOSED = "closed"
+#: Where a `SharedSnapshotClient` is in its life (the states every library object shares).
+ReaderState = Lifecycle
 
 
 @dataclass(frozen=True, slots=True)
