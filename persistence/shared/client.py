@@ -6,9 +6,10 @@ one complete state; ``await task_group.start(reader.run)`` polls the header (sho
 transactions) and reloads on a new state id, and re-judges the held state on its own expiry
 timer. One fixed owner thread serialises open, reads and close; snapshot builds (one header
 candidate, one local-time calibration) run in the reader's own bounded build slots
-(`BuildSlots`). `get_snapshot`, `get_status` and `get_metrics` run no SQL. `aclose` ends the subscriptions, cancels polling, waits for the
-reads, closes the connection on the owner thread; beyond `CLOSE_DEADLINE` it reports
-``cleanup_overdue`` and stays ``closing`` (another `aclose` retries).
+(`BuildSlots`). `get_snapshot`, `get_status` and `get_metrics` run no SQL. `aclose` ends the
+subscriptions, cancels polling, waits for the reads and builds, closes the connection on the
+owner thread; beyond `CLOSE_DEADLINE` it reports ``cleanup_overdue`` and stays ``closing``
+(another `aclose` retries).
 """
 
 from __future__ import annotations
@@ -384,17 +385,28 @@ class SharedSnapshotClient:
         """Build ``stored`` at the reader's time in a build slot and publish it.
 
         A calibration (a local re-evaluation of the held state) is dropped when a new header
-        was published while it ran: the timer looks again at the new snapshot. Events always
-        diff against the snapshot published last, so an expiry already reported is not
-        reported again by the next header.
+        was published while it ran: the timer looks again at the new snapshot. A header build
+        overtaken by a calibration judged at a later time is built again at the reader's time,
+        so it never brings back what that calibration withdrew. Events always diff against
+        the snapshot published last: an expiry already reported is not reported again.
         """
         before = self._held
         header, state = stored
-        now = self.now()
-        snapshot, until = await self._builds.build(purpose, state, now)
-        if purpose is BuildPurpose.CALIBRATION and self._held is not before:
-            self._counts["stale"] += 1
-            return
+        while True:
+            now = self.now()
+            snapshot, until = await self._builds.build(purpose, state, now)
+            if self._state in {ReaderState.CLOSING, ReaderState.CLOSED}:
+                return  # a build that ended while the reader closes publishes nothing
+            if purpose is BuildPurpose.CALIBRATION and self._held is not before:
+                self._counts["stale"] += 1
+                return
+            published = self._current
+            if purpose is BuildPurpose.CALIBRATION or published is None:
+                break
+            if published.evaluated_at <= now:
+                break
+            # A calibration published a later time while this header was built: judge the new
+            # header again at least that late, so no entry it withdrew comes back.
         self._held = stored
         self._local_generation += 1
         new = SharedSnapshot(
