@@ -201,3 +201,38 @@ async def test_builds_use_the_readers_limiter_not_anyios_default(tmp_path: Path)
                 await reader.aclose()
         finally:
             default.total_tokens = total
+
+
+async def test_a_host_cancel_of_run_waits_for_the_build_thread(tmp_path: Path) -> None:
+    """Cancelling the host's task group returns from `run` only once the build's thread ended."""
+    path = tmp_path / "state.db"
+    now = time.time()
+    async with owner(path) as db:
+        assert db.store_id is not None
+        await db.commit(state(db.store_id, StateId(1, 1), now), None)
+        reader = SharedSnapshotClient(config(path))
+        gated = GatedJudge(generation_two)
+        reader._builds.judge = gated
+        host_scope = anyio.CancelScope()
+        ended = anyio.Event()
+
+        async def host() -> None:
+            with host_scope:
+                async with anyio.create_task_group() as tg:
+                    await tg.start(reader.run)
+                    await anyio.sleep_forever()
+            ended.set()
+
+        async with reader, anyio.create_task_group() as outer:
+            outer.start_soon(host)
+            await db.commit(state(db.store_id, StateId(1, 2), now), StateId(1, 1))
+            await eventually(gated.entered.is_set)
+            host_scope.cancel()
+            await anyio.sleep(0.3)
+            assert not ended.is_set()  # run still waits for the thread
+            assert reader.get_metrics().builds_running == 1
+            gated.gate.set()
+            with anyio.fail_after(TIMEOUT):
+                await ended.wait()
+            assert reader.get_metrics().builds_running == 0
+            assert reader.get_status().state is ReaderState.OPEN  # run returned; still open
