@@ -10,6 +10,12 @@ candidate, one local-time calibration) run in the reader's own bounded build slo
 subscriptions, cancels polling, waits for the reads and builds, closes the connection on the
 owner thread; beyond `CLOSE_DEADLINE` it reports ``cleanup_overdue`` and stays ``closing``
 (another `aclose` retries).
+
+What a snapshot holds: the writer's stored source payloads of the kinds each source was
+selected for, judged at the reader's time. The store does not carry the owner's SLURM policy
+(the owner re-applies its own on recovery), so the reader applies none: its snapshots are
+the selected payloads before the owner's SLURM filters and assertions, never silently
+"re-applied".
 """
 
 from __future__ import annotations
