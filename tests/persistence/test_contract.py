@@ -19,15 +19,17 @@ from persistence.errors import (
     BackendClosedError,
     CommitConflictError,
     CorruptStateError,
+    DamagedStateError,
     MissingExtraError,
     OwnerLockedError,
     PersistenceError,
     UnsupportedSchemaError,
 )
-from persistence.schema import DDL, TABLES
+from persistence.schema import TABLES, ddl
 from persistence.state import SCHEMA_VERSION, PersistReceipt, StateId, header_digest
 from tests.clock import FakeClock
 from tests.persistence.helpers import KINDS, ROOT, START, listing, make, opened, raw, wall_us
+from tests.persistence.legacy_ddl import legacy_store
 from tests.persistence.states import (
     US,
     assert_same_state,
@@ -338,7 +340,7 @@ async def test_error_mid_write_rolls_back(
 def create_schema(kind: str, path: Path, version: int, *, skip: str = "") -> None:
     """A database with our DDL (minus ``skip``) and ``version`` in schema_info."""
     with raw(kind, path) as db:
-        for statement in DDL:
+        for statement in ddl("length" if kind == "sqlite" else "octet_length"):
             if not skip or f"TABLE {skip} (" not in statement:
                 db.execute(statement)
         db.execute("INSERT INTO schema_info VALUES (?, ?, ?)", (version, "f" * 32, 0))
@@ -450,6 +452,10 @@ RANGE_TAMPERS: list[tuple[str, tuple[object, ...]]] = [
     ("UPDATE aspa_providers SET provider = 4294967296 WHERE source_id = 1", ()),
     ("UPDATE sources SET complete = 2 WHERE source_id = 0", ()),
     ("UPDATE sources SET capabilities = 8 WHERE source_id = 0", ()),
+    ("UPDATE sources SET rtr_session = 65536 WHERE source_id = 1", ()),
+    ("UPDATE sources SET rtr_session = -1 WHERE source_id = 1", ()),
+    ("UPDATE sources SET rtr_serial = 4294967296 WHERE source_id = 1", ()),
+    ("UPDATE sources SET rtr_serial = -1 WHERE source_id = 1", ()),
 ]
 #: Bugs in persistence/ found by these tests, marked as strict xfails (none open: all fixed).
 KNOWN_BUGS: dict[str, tuple[str, type[Exception]]] = {}
@@ -471,31 +477,59 @@ def tamper_params(
     return params
 
 
-#: A cleanly committed and closed store per backend, copied by the tamper tests (saves time).
-_COMMITTED: dict[str, bytes] = {}
+#: Tampers the current DDL's keys and CHECKs refuse in SQL (see test_contract_schema): on such a
+#: file they cannot happen, so they run on a file of the first DDL (`LEGACY_DDL`) instead.
+SQL_REFUSED = (
+    "INSERT INTO sources SELECT * FROM sources WHERE source_id = 2",
+    "UPDATE sources SET name = 'ripe-http' WHERE source_id = 1",
+    "UPDATE vrps SET network = 'abcd' WHERE source_id = 0 AND seq = 0",
+    "UPDATE router_keys SET ski = 'twenty characters...' WHERE source_id = 0",
+)
 
 
-async def tamper_and_read(kind: str, path: Path, sql: str, args: tuple[object, ...]) -> bytes:
-    """A committed, closed store tampered with through a raw connection; the file's bytes."""
-    if kind not in _COMMITTED:
+def layout_params(
+    tampers: list[tuple[str, tuple[object, ...]]], kinds: tuple[str, ...] = KINDS
+) -> list[Any]:
+    """`tamper_params` on a current file where SQL allows the tamper, and on a legacy file."""
+    current = [(sql, args) for sql, args in tampers if sql not in SQL_REFUSED]
+    params = [pytest.param(False, *p.values, id=p.id) for p in tamper_params(current, kinds)]
+    return params + [
+        pytest.param(True, *p.values, id=f"legacy-{p.id}") for p in tamper_params(tampers, kinds)
+    ]
+
+
+#: A cleanly committed and closed store per backend and layout, copied by the tamper tests.
+_COMMITTED: dict[tuple[str, bool], bytes] = {}
+
+
+async def tamper_and_read(
+    kind: str, path: Path, sql: str, args: tuple[object, ...], *, legacy: bool = False
+) -> bytes:
+    """A committed, closed store tampered with through a raw connection; the file's bytes.
+
+    ``legacy``: the store was created by the first schema-2 DDL (no keys or CHECKs).
+    """
+    if (kind, legacy) not in _COMMITTED:
+        if legacy:
+            legacy_store(kind, path)
         await committed(kind, path)
-        _COMMITTED[kind] = await anyio.Path(path).read_bytes()
+        _COMMITTED[kind, legacy] = await anyio.Path(path).read_bytes()
     else:
-        await anyio.Path(path).write_bytes(_COMMITTED[kind])
+        await anyio.Path(path).write_bytes(_COMMITTED[kind, legacy])
     with raw(kind, path) as db:
         db.execute(sql, args) if args else db.execute(sql)
     return await anyio.Path(path).read_bytes()
 
 
 @pytest.mark.parametrize(
-    ("kind", "sql", "args"),
-    tamper_params(ROW_TAMPERS) + tamper_params(SQLITE_TYPE_TAMPERS, ("sqlite",)),
+    ("legacy", "kind", "sql", "args"),
+    layout_params(ROW_TAMPERS) + layout_params(SQLITE_TYPE_TAMPERS, ("sqlite",)),
 )
 async def test_tampered_rows_are_corrupt(
-    kind: str, sql: str, args: tuple[object, ...], tmp_path: Path
+    legacy: bool, kind: str, sql: str, args: tuple[object, ...], tmp_path: Path
 ) -> None:
     path = tmp_path / "state.db"
-    before = await tamper_and_read(kind, path, sql, args)
+    before = await tamper_and_read(kind, path, sql, args, legacy=legacy)
     async with opened(kind, path) as backend:
         with pytest.raises(CorruptStateError) as caught:
             await backend.read_state()
@@ -508,10 +542,12 @@ async def test_tampered_rows_are_corrupt(
 async def test_out_of_range_rows_are_corrupt(
     kind: str, sql: str, args: tuple[object, ...], tmp_path: Path
 ) -> None:
+    """Written behind the backend's back into a file of the first DDL (the current one's CHECKs
+    refuse these rows in SQL, test_contract_schema): the read's range rules still catch them."""
     path = tmp_path / "state.db"
-    before = await tamper_and_read(kind, path, sql, args)
+    before = await tamper_and_read(kind, path, sql, args, legacy=True)
     async with opened(kind, path) as backend:
-        with pytest.raises(CorruptStateError, match="type or range rule"):
+        with pytest.raises(DamagedStateError, match="type or range rule"):
             await backend.read_state()
     assert await anyio.Path(path).read_bytes() == before
 
