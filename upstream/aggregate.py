@@ -14,11 +14,9 @@ not any source changes. A snapshot is judged `JUDGE_FACTOR` times the last build
 ahead, so nothing it holds expires while it is being built (a build that still ran past an
 expiry is discarded); each kind's usable-until time is handed on with it.
 
-The build thread also prepares the snapshot for queries (`Snapshot.prepare`). A build that a
-configuration change or a decided withdrawal (a revocation, a distrust, a removed source) made
-stale while it ran is discarded and rebuilt (`upstream.build_job`); the rebuild merges again
-only the kinds whose inputs changed (`MergeCache`), so one group's change never makes the others'
-merges redone.
+A build that a configuration change or a decided withdrawal made stale while it ran is discarded
+and rebuilt (`upstream.build_job`, which also prepares snapshots for queries); the rebuild merges
+again only the kinds whose inputs changed (`MergeCache`): one group's change redoes no others.
 
 `reconfigure` changes groups and sources in place: kept sources keep running with their data,
 the selector keeps its clocks. `close` stops the sources and refuses further ordinary
@@ -95,6 +93,8 @@ class Group:
 
 class Aggregator:
     """Owns the source tasks; calls ``on_snapshot`` with each new `Build`."""
+
+    prepare_snapshots = True  # in the build thread (`BuildJob.prepare`); off: nobody queries
 
     def __init__(
         self,
@@ -194,8 +194,7 @@ class Aggregator:
         It is judged at the effective time, never earlier than ``not_before_wall`` plus the
         monotonic time elapsed since; its entries keep their own expiry.
         """
-        entry = self.entries.get(name)
-        if entry is None:
+        if (entry := self.entries.get(name)) is None:
             raise ValueError(f"no source {name!r} to seed")
         entry.seed(recovered, self.keeper)
         self.poke()
@@ -479,7 +478,8 @@ class Aggregator:
             policy=policy,
             judged=judged,
             cache=self.merges,
-            published=self._published,
+            published=self._published if self.prepare_snapshots else None,
+            prepare=self.prepare_snapshots,
             build=build_snapshot,
         )
         started = self.keeper.monotonic()

@@ -137,6 +137,21 @@ async def test_a_published_snapshot_is_prepared_before_anyone_sees_it(
         assert validate_origin(newer, "203.0.113.0/24", 64498).state is OriginState.VALID
 
 
+async def test_an_owner_that_never_queries_can_leave_snapshots_unprepared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Without the index (an RTR server): a query still answers, by searching, writing nothing."""
+    monkeypatch.setattr(Aggregator, "prepare_snapshots", False)
+    only = ScriptedSource("a")
+    async with running([Group(SPEC, (only,))], monkeypatch) as run:
+        await wait_for(lambda: only.running)
+        only.deliver(payload(A))
+        snap = await run.until(lambda s: has(s, A))
+        assert not snap.prepared
+        assert validate_origin(snap, "192.0.2.0/24", 64496).state is OriginState.VALID
+        assert not snap.prepared
+
+
 async def test_a_build_of_data_withdrawn_while_it_ran_is_dropped_even_after_new_data(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
