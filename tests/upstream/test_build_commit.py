@@ -82,6 +82,7 @@ class Run:
     held: Held
     #: (the test's revision when published, the build) for every publication.
     published: list[tuple[int, Build]]
+    clock: FakeClock
 
     async def until(self, predicate: Callable[[Snapshot], bool]) -> Snapshot:
         await wait_for(lambda: bool(self.published) and predicate(self.published[-1][1].snapshot))
@@ -108,7 +109,7 @@ async def running(groups: list[Group], monkeypatch: pytest.MonkeyPatch) -> Async
         async with anyio.create_task_group() as tg:
             await tg.start(aggregator.run)
             try:
-                yield Run(aggregator, held, published)
+                yield Run(aggregator, held, published, clock)
             finally:
                 held.let_go()
                 tg.cancel_scope.cancel()
@@ -172,6 +173,30 @@ async def test_a_build_of_data_withdrawn_while_it_ran_is_dropped_even_after_new_
         await anyio.sleep(0.2)
         assert not any(has(build.snapshot, A) for _, build in run.published)
         assert has(run.published[-1][1].snapshot, C)
+
+
+async def test_a_build_of_data_distrusted_while_it_ran_is_dropped_even_after_new_data(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """L-34: a wall-clock jump distrusts the source while a build of its data runs (selection
+    goes on beside a build); new raw input makes it trusted again before the build is back."""
+    only = ScriptedSource("a", online=True)
+    async with running([Group(SPEC, (only,))], monkeypatch) as run:
+        await wait_for(lambda: only.running)
+        only.deliver(payload(B))
+        await run.until(lambda s: has(s, B))
+        run.held.arm()
+        only.deliver(payload(A))
+        await wait_for(run.held.building.is_set)
+        run.clock.move_wall(3600)  # beyond the 300 s tolerance
+        run.aggregator.poke()
+        await wait_for(lambda: only.resyncs > 0)  # distrusted, asked to resync
+        only.deliver(payload(C))  # new raw input: trusted again
+        assert run.aggregator.entries["a"].availability(run.aggregator.keeper.now()).usable
+        run.held.let_go()
+        await run.until(lambda s: has(s, C))
+        await anyio.sleep(0.2)
+        assert not any(has(build.snapshot, A) for _, build in run.published)
 
 
 async def test_a_build_of_a_replaced_version_never_comes_after_the_newer_one(
