@@ -21,11 +21,19 @@ import pytest
 from snapshot.queries import OriginState, validate_origin
 from snapshot.snapshot import Snapshot
 from tests.clock import FakeClock
-from tests.upstream.helpers import A, B, config, export, wait_for, write_atomically
+from tests.upstream.helpers import (
+    A,
+    B,
+    config,
+    export,
+    snapshot_event,
+    wait_for,
+    write_atomically,
+)
 from tests.upstream.scripted_source import ScriptedSource, payload
 from upstream import aggregate, merge
 from upstream.aggregate import Aggregator, Build, Group
-from upstream.client import Client
+from upstream.client import Client, SnapshotEvent
 from upstream.file_source import FileSource
 from upstream.merge import Built
 from upstream.selection import GroupSpec
@@ -318,3 +326,54 @@ async def test_apply_config_twice_never_admits_the_removed_tasks_late_results(
             assert has(current.snapshot, A + B)
             assert client._aggregator.entries["a.json"].payload is not late
         await client.aclose()
+
+
+@pytest.mark.xfail(
+    reason="Client._on_build reads self.config.revision after its off-loop diff await; "
+    "the fix is in upstream/client.py (take the revision before the await)",
+    strict=True,
+)
+async def test_a_build_whose_diff_straddles_apply_config_keeps_its_revision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """L-35, the client's half: a build the aggregator admitted under revision 0 is still
+    being diffed (a worker thread, for large tables) when revision 1 is applied; it must be
+    committed as revision 0, and revision 1 is published by the rebuild that follows."""
+    from upstream import client as client_module
+    from upstream.event_diff import diff_snapshots
+
+    diffing, release = threading.Event(), threading.Event()
+    held_snapshots: list[Snapshot] = []
+    holding = threading.Event()
+
+    def held_diff(before: Snapshot | None, after: Snapshot, limit: int) -> Any:
+        if holding.is_set():
+            holding.clear()
+            held_snapshots.append(after)
+            diffing.set()
+            release.wait(10)
+        return diff_snapshots(before, after, limit)
+
+    monkeypatch.setattr(client_module, "OFF_LOOP_RECORDS", -1)  # every diff in a thread
+    monkeypatch.setattr(client_module, "diff_snapshots", held_diff)
+    path = tmp_path / "a.json"
+    write_atomically(path, export(A))
+    client = Client(config(path))
+    seen: list[SnapshotEvent] = []
+    async with client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(10):
+            await client.wait_ready()
+            with client.watch() as events:
+                holding.set()
+                write_atomically(path, export(A + B))
+                await wait_for(diffing.is_set)
+                await client.apply_config(config(path, revision=1))
+                release.set()
+                while not seen or seen[-1].snapshot.snapshot is held_snapshots[0]:
+                    seen.append(await snapshot_event(events))
+        await client.aclose()
+    held = [e.snapshot for e in seen if e.snapshot.snapshot is held_snapshots[0]]
+    assert held  # the build that straddled the change was committed first
+    assert all(s.config_revision == 0 for s in held)
+    assert seen[-1].snapshot.config_revision == 1
