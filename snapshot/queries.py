@@ -9,11 +9,10 @@ a kind at ``now >= usable_until`` of that kind raises `SnapshotExpiredError` nam
 family, VRP prefix contains the route prefix) as matched (ASN equals the origin and the route
 length is at most the max length), unmatched on ASN, or unmatched on length, like Routinator's
 validity API. A VRP for AS0 never matches (RFC 6483 §4, RFC 7607), and a route whose origin is
-RFC 6811's NONE (``origin_asn=None``: the AS_PATH ends in an AS_SET) is never Valid. The first
-query on a snapshot builds an index, kept while the snapshot lives: one dict per family from
-(network, prefix length) to the VRPs there, so a query is at most 33 (IPv4) or 129 (IPv6) dict
-probes, fewer in practice (only lengths that occur in the snapshot are probed). For the 723k-VRP
-global table it takes ~0.5 s and ~75 MB; a query then takes tens of microseconds.
+RFC 6811's NONE (``origin_asn=None``: the AS_PATH ends in an AS_SET) is never Valid. A query
+writes nothing: on a prepared snapshot (`Snapshot.prepare`, done by the owner before publishing)
+it reads the `snapshot.origin_index.OriginIndex`, at most 33 (IPv4) or 129 (IPv6) dict probes;
+on one never prepared it binary-searches the packed keys (`covering_in_packed`).
 
 **ASPA verification** follows the text of draft-ietf-sidrops-aspa-verification-23: §5 the
 provider authorization function (`hop_check`), §6.1 the ramp bounds (`ramp_bounds`), §6.2 the
@@ -38,7 +37,6 @@ from __future__ import annotations
 import bisect
 import ipaddress
 import math
-import weakref
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
@@ -47,7 +45,7 @@ from types import MappingProxyType
 
 from snapshot.kinds import PayloadKind
 from snapshot.model import IPNetwork, Vrp, check_asn
-from snapshot.packed import V4, V6
+from snapshot.origin_index import covering_in_packed
 from snapshot.snapshot import Snapshot
 
 __all__ = [
@@ -128,59 +126,6 @@ class OriginValidation:
     unmatched_length: tuple[Vrp, ...]
 
 
-#: (network, prefix length) -> one packed ``max_length << 32 | asn`` or a tuple of several.
-_Table = dict[int, int | tuple[int, ...]]
-
-
-@dataclass(frozen=True, slots=True)
-class _FamilyIndex:
-    """The VRPs of one address family, keyed by ``network << 8 | prefix_length``."""
-
-    bits: int
-    lengths: tuple[int, ...]  # prefix lengths present in the table, ascending
-    table: _Table
-
-
-@dataclass(frozen=True, slots=True)
-class _OriginIndex:
-    v4: _FamilyIndex
-    v6: _FamilyIndex
-
-
-# Equal snapshots share one index; it is dropped with the snapshot it was built for.
-_ORIGIN_INDEXES: weakref.WeakKeyDictionary[Snapshot, _OriginIndex] = weakref.WeakKeyDictionary()
-
-
-def _add(table: _Table, key: int, value: int) -> None:
-    old = table.get(key)
-    if old is None:
-        table[key] = value
-    elif isinstance(old, int):
-        table[key] = (old, value)
-    else:
-        table[key] = (*old, value)
-
-
-def _build_family(packed: bytes, bits: int) -> _FamilyIndex:
-    table: _Table = {}
-    if bits == 32:
-        for address, max_length, length, asn in V4.numbers.iter_unpack(packed):
-            _add(table, address << 8 | length, max_length << 32 | asn)
-    else:
-        for high, low, max_length, length, asn in V6.numbers.iter_unpack(packed):
-            _add(table, (high << 64 | low) << 8 | length, max_length << 32 | asn)
-    lengths = tuple(sorted({key & 0xFF for key in table}))
-    return _FamilyIndex(bits, lengths, table)
-
-
-def _origin_index(snapshot: Snapshot) -> _OriginIndex:
-    index = _ORIGIN_INDEXES.get(snapshot)
-    if index is None:
-        index = _OriginIndex(_build_family(snapshot.v4, 32), _build_family(snapshot.v6, 128))
-        _ORIGIN_INDEXES[snapshot] = index
-    return index
-
-
 def _route_prefix(prefix: str | IPNetwork) -> IPNetwork:
     if isinstance(prefix, ipaddress.IPv4Network | ipaddress.IPv6Network):
         return prefix
@@ -205,24 +150,17 @@ def validate_origin(
     route = _route_prefix(prefix)
     if origin_asn is not None:
         check_asn(origin_asn, "origin_asn")
-    index = _origin_index(snapshot)
-    family = index.v4 if route.version == 4 else index.v6
     route_length = route.prefixlen
     address = int(route.network_address)
-    bits = family.bits
-    table = family.table
-    covering: list[tuple[int, int]] = []  # (prefix length, max_length << 32 | asn)
-    for length in family.lengths:
-        if length > route_length:
-            break
-        shift = bits - length
-        hit = table.get((address >> shift << shift) << 8 | length)
-        if hit is None:
-            continue
-        if isinstance(hit, int):
-            covering.append((length, hit))
-        else:
-            covering.extend((length, value) for value in hit)
+    index = snapshot.origin_index
+    if index is not None:
+        family = index.family(route.version)
+        bits = family.bits
+        covering = family.covering(address, route_length)
+    else:  # never prepared: search the packed keys (slower; writes nothing)
+        bits = 32 if route.version == 4 else 128
+        packed = snapshot.v4 if route.version == 4 else snapshot.v6
+        covering = covering_in_packed(packed, route.version, address, route_length)
     matched: list[Vrp] = []
     unmatched_as: list[Vrp] = []
     unmatched_length: list[Vrp] = []

@@ -5,15 +5,22 @@ sorted descending, i.e. in 8210bis announcement order, without duplicates: ~10 M
 723k-VRP table instead of hundreds of MB of objects, and an encoder can turn it into PDUs with a
 few strided copies. Router keys and ASPAs are few; they stay tuples of value objects, sorted in
 wire order (router keys by `RouterKey.sort_key`, ASPAs by customer, one record per customer).
+
+Queries never write to a snapshot (contract L-32): its lookup structures (ASPAs by customer, the
+origin-validation index, the digest) are made by `Snapshot.prepare`, which the one owner that
+builds a snapshot calls in its build thread before publishing it. A snapshot that was never
+prepared still answers every query, by searching its sorted parts instead (slower, no writes).
 """
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 from collections.abc import Iterable, Iterator
 from typing import Final
 
 from snapshot.model import Aspa, RouterKey, Vrp, pack_v4, pack_v6
+from snapshot.origin_index import OriginIndex
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, join_sorted, split_keys
 
 __all__ = [
@@ -26,7 +33,16 @@ __all__ = [
 class Snapshot:
     """One complete, immutable set of RPKI payload. Equality is equality of content."""
 
-    __slots__ = ("__weakref__", "_aspa_index", "_digest", "aspas", "router_keys", "v4", "v6")
+    __slots__ = (
+        "__weakref__",
+        "_aspa_index",
+        "_digest",
+        "_origin_index",
+        "aspas",
+        "router_keys",
+        "v4",
+        "v6",
+    )
 
     v4: bytes
     v6: bytes
@@ -49,6 +65,7 @@ class Snapshot:
         self.aspas = aspas
         self._aspa_index: dict[int, Aspa] | None = None
         self._digest: bytes | None = None
+        self._origin_index: OriginIndex | None = None
 
     @classmethod
     def build(
@@ -90,18 +107,49 @@ class Snapshot:
         for i in range(0, len(self.v6), V6_KEY_SIZE):
             yield Vrp.from_key(self.v6[i : i + V6_KEY_SIZE])
 
-    def aspa_for(self, customer: int) -> Aspa | None:
-        """The merged ASPA of ``customer``, if any."""
-        if self._aspa_index is None:
+    # ------------------------------------------------------------------ query structures
+    def prepare(self, like: Snapshot | None = None) -> Snapshot:
+        """Make the query structures now; returns the snapshot itself. Idempotent.
+
+        The owner calls it in the thread that built the snapshot, before anyone else can see
+        it: afterwards queries only read. A family whose packed keys equal those of the
+        prepared snapshot ``like`` (the one published before) reuses its origin index.
+        """
+        if self._origin_index is None:
             self._aspa_index = {a.customer: a for a in self.aspas}
-        return self._aspa_index.get(customer)
+            self.digest()
+            previous = like.origin_index if like is not None else None
+            self._origin_index = OriginIndex.build(self.v4, self.v6, previous)
+        return self
+
+    @property
+    def prepared(self) -> bool:
+        """True once `prepare` ran: queries use its structures."""
+        return self._origin_index is not None
+
+    @property
+    def origin_index(self) -> OriginIndex | None:
+        """The origin-validation index made by `prepare` (None before)."""
+        return self._origin_index
+
+    def aspa_for(self, customer: int) -> Aspa | None:
+        """The merged ASPA of ``customer``, if any (writes nothing, prepared or not)."""
+        if self._aspa_index is not None:
+            return self._aspa_index.get(customer)
+        aspas = self.aspas  # sorted by customer, one record each
+        i = bisect.bisect_left(aspas, customer, key=lambda a: a.customer)
+        return aspas[i] if i < len(aspas) and aspas[i].customer == customer else None
 
     def is_empty(self) -> bool:
         """True when the snapshot holds no payload at all."""
         return not (self.v4 or self.v6 or self.router_keys or self.aspas)
 
     def digest(self) -> bytes:
-        """SHA-256 over a canonical serialisation of the content."""
+        """SHA-256 over a canonical serialisation of the content.
+
+        Made by `prepare`; on a snapshot never prepared it is computed at the first call and
+        kept (one assignment of an immutable value, the same by every thread that makes it).
+        """
         if self._digest is None:
             h = hashlib.sha256()
             for part in (self.v4, self.v6):
@@ -147,7 +195,7 @@ class Snapshot:
         )
 
 
-EMPTY: Final = Snapshot()
+EMPTY: Final = Snapshot().prepare()
 
 
 class SnapshotBuilder:

@@ -14,9 +14,9 @@ not any source changes. A snapshot is judged `JUDGE_FACTOR` times the last build
 ahead, so nothing it holds expires while it is being built (a build that still ran past an
 expiry is discarded); each kind's usable-until time is handed on with it.
 
-A build that an already decided withdrawal (a revocation, a distrust, a removed source) made
-stale while it ran is discarded and rebuilt; the rebuild merges again only the kinds whose
-inputs changed (`MergeCache`), so one group's change never makes the others' merges redone.
+A build that a configuration change or a decided withdrawal made stale while it ran is discarded
+and rebuilt (`upstream.build_job`, which also prepares snapshots for queries); the rebuild merges
+again only the kinds whose inputs changed (`MergeCache`): one group's change redoes no others.
 
 `reconfigure` changes groups and sources in place: kept sources keep running with their data,
 the selector keeps its clocks. `close` stops the sources and refuses further ordinary
@@ -37,10 +37,11 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.kinds import PayloadKind
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
+from snapshot.snapshot import Snapshot
+from upstream.build_job import Admissions, BuildJob
 from upstream.clock import Clock, SystemClock
 from upstream.merge import (
     Build,
-    Chosen,
     MergeCache,
     SourceInput,
     build_snapshot,
@@ -93,6 +94,8 @@ class Group:
 class Aggregator:
     """Owns the source tasks; calls ``on_snapshot`` with each new `Build`."""
 
+    prepare_snapshots = True  # in the build thread (`BuildJob.prepare`); off: nobody queries
+
     def __init__(
         self,
         sources: Sequence[Source],
@@ -123,6 +126,7 @@ class Aggregator:
         self.groups: list[Group] = []
         self.entries: dict[str, SourceEntry] = {}
         self.selector = GroupSelector(g.spec for g in groups)
+        self._admissions = Admissions()  # what makes a running build stale
         self._install(groups)
         self.active: dict[PayloadKind, str | None] = dict.fromkeys(PayloadKind)
         self.builds = 0
@@ -146,6 +150,7 @@ class Aggregator:
         self._margin = 0.0
         self._judged = -math.inf
         self._announced_wait = False
+        self._published: Snapshot | None = None  # the last one; the next build reuses its index
 
     # ------------------------------------------------------------------ configuration
     def _install(self, groups: Sequence[Group]) -> None:
@@ -170,6 +175,7 @@ class Aggregator:
         """Switch to ``groups`` in place (see the module docstring)."""
         self.selector.reconfigure(g.spec for g in groups)
         self._install(groups)
+        self._admissions.reconfigured(self.entries.values())  # a running build is not published
         self._built_key = None  # a commit is published (with its revision) even if unchanged
         if self._tg is not None:
             for entry in self.entries.values():
@@ -188,8 +194,7 @@ class Aggregator:
         It is judged at the effective time, never earlier than ``not_before_wall`` plus the
         monotonic time elapsed since; its entries keep their own expiry.
         """
-        entry = self.entries.get(name)
-        if entry is None:
+        if (entry := self.entries.get(name)) is None:
             raise ValueError(f"no source {name!r} to seed")
         entry.seed(recovered, self.keeper)
         self.poke()
@@ -283,6 +288,7 @@ class Aggregator:
             log.info("source %s: delivery after close began is not admitted", entry.name)
             return
         if entry.accept(delivery, self.keeper):
+            self._admissions.delivered(entry, delivery)
             self.poke()
 
     def _start_groups(self, started: Iterable[tuple[str, str]]) -> None:
@@ -337,6 +343,7 @@ class Aggregator:
                 continue
             if keeper.untrusted(entry.anchor):
                 entry.distrust(keeper.drift(entry.anchor))
+                self._admissions.withdrawn(entry)
                 entry.source.resync()
 
     def _views(self, now: float) -> list[SourceView]:
@@ -441,6 +448,7 @@ class Aggregator:
         self._built_key = key
         self._judged = judged
         self.builds += 1
+        self._published = build.snapshot
         await self.on_snapshot(build)
         waits.append(max(0.0, self._next_change - self._margin - keeper.now()))
         return min(waits)
@@ -462,33 +470,28 @@ class Aggregator:
     async def _build(
         self, chosen: dict[PayloadKind, list[SourceEntry]], policy: SlurmPolicy, judged: float
     ) -> Build | None:
-        """Build in a worker thread; None when a decided withdrawal made the result stale."""
-        versions = {id(e): (e, e.version) for es in chosen.values() for e in es}
-        parts: Chosen = {
-            kind: [(e.payload, e.expires_at) for e in es if e.payload is not None]
-            for kind, es in chosen.items()
-        }
-        everything = [(e.payload, e.expires_at) for e in self.entries.values()]
-        started = self.keeper.monotonic()
-        built = await anyio.to_thread.run_sync(
-            build_snapshot, parts, everything, policy, judged, self.merges
+        """Build in a worker thread; None when the result is stale (`upstream.build_job`)."""
+        job = BuildJob.of(
+            chosen,
+            self.entries.values(),
+            self._admissions,
+            policy=policy,
+            judged=judged,
+            cache=self.merges,
+            published=self._published if self.prepare_snapshots else None,
+            prepare=self.prepare_snapshots,
+            build=build_snapshot,
         )
+        started = self.keeper.monotonic()
+        built = await anyio.to_thread.run_sync(job.run)
         for entry in self.entries.values():
             if entry.payload is not None and id(entry.payload) in built.last_expiry:
                 entry.learn(entry.payload, built.last_expiry[id(entry.payload)])
         until = built.usable_until
         took = self.keeper.monotonic() - started
         self._margin = JUDGE_FACTOR * took
-        after = self.keeper.now()
-        for entry, version in versions.values():
-            if entry.version != version and (
-                not entry.current or not entry.availability(after).usable
-            ):
-                log.info("build discarded: source %s was withdrawn while it ran", entry.name)
-                return None
-        stale = [t for t in until.values() if t is not None and t <= after]
-        if stale:
-            log.info("build discarded: data in it expired while it ran (%.2f s)", took)
+        if (reason := job.stale(built, self._admissions, self.keeper.now())) is not None:
+            log.info("build discarded: %s (%.2f s)", reason, took)
             return None
         self._next_change = built.next_change
         selected = dict(self.active)

@@ -1,4 +1,4 @@
-"""Shared helpers for the upstream tests: export documents, atomic file writes, slow builds."""
+"""Shared helpers for the upstream tests: payloads, configs, export documents, writes, waits."""
 
 from __future__ import annotations
 
@@ -17,6 +17,8 @@ import anyio
 import pytest
 
 from snapshot.model import RouterKey, Vrp
+from upstream.config import ClientConfig, SourceConfig
+from upstream.events import SnapshotEvent, Watch
 
 #: Where the shared real data sets live (../shared/data from the repository root).
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
@@ -28,6 +30,10 @@ SPKI_B64 = base64.b64encode(SPKI).decode()
 URLSAFE_SPKI = b"\xfb\xff\xbf\x30\x59\x01\x02"
 SKI_HEX = "510F485D29A29DB7B515F9C478F8ED3CB7AA7D23"
 SKI = bytes.fromhex(SKI_HEX)
+
+#: Two small disjoint VRP sets as ``(prefix, maxLength, asn)`` triples (see `export`).
+A = [("192.0.2.0/24", 24, 64496)]
+B = [("198.51.100.0/24", 24, 64497)]
 
 
 def ts(iso: str) -> int:
@@ -124,3 +130,22 @@ def slow_builds(
         yield building, release
     finally:
         release.set()
+
+
+def config(*paths: Path, revision: int = 0, **kw: Any) -> ClientConfig:
+    """A client configuration with one file source per path (named by the file), polled fast."""
+    return ClientConfig(
+        tuple(SourceConfig(p.name, str(p)) for p in paths),
+        poll_interval=0.05,
+        revision=revision,
+        **kw,
+    )
+
+
+async def snapshot_event(events: Watch, limit: float = 5.0) -> SnapshotEvent:
+    """The next snapshot event of ``events`` (status events are skipped); fail after ``limit``."""
+    with anyio.fail_after(limit):
+        while True:
+            event = await events.receive()
+            if isinstance(event, SnapshotEvent):
+                return event

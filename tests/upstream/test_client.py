@@ -11,7 +11,7 @@ import anyio
 import pytest
 
 from tests.clock import FakeClock
-from tests.upstream.helpers import export, slow_builds, wait_for, write_atomically
+from tests.upstream.helpers import A, B, config, export, slow_builds, wait_for, write_atomically
 from upstream import file_source
 from upstream.client import (
     Client,
@@ -29,9 +29,6 @@ from upstream.selection import PayloadKind
 
 pytestmark = pytest.mark.anyio
 
-A = [("192.0.2.0/24", 24, 64496)]
-B = [("198.51.100.0/24", 24, 64497)]
-
 
 def vrps(client: Client) -> int:
     snap = client.get_snapshot()
@@ -46,15 +43,6 @@ async def receive_all(events: Watch, seen: list[Event]) -> None:
     """Receive until the watch raises (its sticky error)."""
     while True:
         seen.append(await events.receive())
-
-
-def config(*paths: Path, revision: int = 0, **kw: Any) -> ClientConfig:
-    return ClientConfig(
-        tuple(SourceConfig(p.name, str(p)) for p in paths),
-        poll_interval=0.05,
-        revision=revision,
-        **kw,
-    )
 
 
 async def test_lifecycle_and_readiness(tmp_path: Path) -> None:

@@ -15,26 +15,19 @@ from snapshot.delta import AspaChange
 from snapshot.kinds import PayloadKind
 from snapshot.model import Aspa, Vrp
 from snapshot.snapshot import Snapshot
-from tests.upstream.helpers import dumps, export, roa, write_atomically
-from upstream.client import Client, SnapshotEvent, StatusEvent, Watch
-from upstream.config import ClientConfig, SourceConfig
+from tests.upstream.helpers import (
+    A,
+    B,
+    config,
+    dumps,
+    export,
+    roa,
+    snapshot_event,
+    write_atomically,
+)
+from upstream.client import Client, SnapshotEvent, StatusEvent
 from upstream.event_diff import diff_snapshots
 from upstream.events import EventId, SnapshotId
-
-A = [("192.0.2.0/24", 24, 64496)]
-B = [("198.51.100.0/24", 24, 64497)]
-
-
-def config(*paths: Path) -> ClientConfig:
-    return ClientConfig(tuple(SourceConfig(p.name, str(p)) for p in paths), poll_interval=0.05)
-
-
-async def next_snapshot_event(events: Watch) -> SnapshotEvent:
-    with anyio.fail_after(5):
-        while True:
-            event = await events.receive()
-            if isinstance(event, SnapshotEvent):
-                return event
 
 
 @pytest.mark.anyio
@@ -49,7 +42,7 @@ async def test_a_snapshot_event_names_both_snapshots_and_what_changed(tmp_path: 
             initial = events.initial
             assert initial is not None
             write_atomically(path, export(A + B))
-            event = await next_snapshot_event(events)
+            event = await snapshot_event(events)
             assert event.before_id == initial.id == SnapshotId(0, initial.generation)
             assert event.after_id == SnapshotId(0, initial.generation + 1) == event.snapshot.id
             assert event.before_config_revision == event.after_config_revision == 0
@@ -62,7 +55,7 @@ async def test_a_snapshot_event_names_both_snapshots_and_what_changed(tmp_path: 
             assert [(c.name, c.what) for c in event.source_changes] == [("a.json", "payload")]
             # The origin and max length change: the prefix is affected, whatever they were.
             write_atomically(path, export([("192.0.2.0/24", 26, 64511), *B]))
-            second = await next_snapshot_event(events)
+            second = await snapshot_event(events)
             assert second.before_id == event.after_id
             assert second.event_id.sequence > event.event_id.sequence
             assert second.vrps_removed == (Vrp.parse(*A[0]),)
@@ -93,7 +86,7 @@ async def test_aspa_changes_name_every_changed_customer(tmp_path: Path) -> None:
                     ]
                 ),
             )
-            event = await next_snapshot_event(events)
+            event = await snapshot_event(events)
             assert event.affected_customers == (64500, 64510)
             assert event.aspa_changes == (
                 AspaChange(64500, (64501,), (64502,)),
@@ -115,12 +108,12 @@ async def test_beyond_the_size_limit_the_kind_needs_a_full_revalidation(tmp_path
         with client.watch() as events:
             many = [(f"203.0.113.{i * 16}/28", 28, 64500 + i) for i in range(3)]
             write_atomically(path, export(A + many))
-            event = await next_snapshot_event(events)
+            event = await snapshot_event(events)
             assert event.requires_full_revalidation == frozenset({PayloadKind.VRP})
             assert event.vrps_added == event.vrps_removed == event.affected_prefixes == ()
             assert event.snapshot.snapshot.vrp_count == 4
             write_atomically(path, export(A + many[:1]))  # two changes: within the limit
-            event = await next_snapshot_event(events)
+            event = await snapshot_event(events)
             assert event.requires_full_revalidation == frozenset()
             assert len(event.vrps_removed) == 2
         await client.aclose()

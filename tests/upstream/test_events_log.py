@@ -10,18 +10,10 @@ import pytest
 
 from snapshot.model import Vrp
 from snapshot.queries import ResyncRequiredError
-from tests.upstream.helpers import export, wait_for, write_atomically
+from tests.upstream.helpers import A, B, config, export, wait_for, write_atomically
 from upstream.client import Client, Event, SnapshotEvent, StatusEvent, Watch
-from upstream.config import ClientConfig, SourceConfig
 from upstream.event_log import EventLog
 from upstream.events import EventId
-
-A = [("192.0.2.0/24", 24, 64496)]
-B = [("198.51.100.0/24", 24, 64497)]
-
-
-def config(path: Path) -> ClientConfig:
-    return ClientConfig((SourceConfig(path.name, str(path)),), poll_interval=0.05)
 
 
 async def until_generation(events: Watch, generation: int, seen: list[Event]) -> None:

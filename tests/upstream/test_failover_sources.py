@@ -22,7 +22,7 @@ from rtr_server.settings import ListenAddress
 from snapshot.snapshot import Snapshot
 from tests.clock import FakeClock
 from tests.server.helpers import TIMERS, settings
-from tests.upstream.helpers import export, wait_for
+from tests.upstream.helpers import A, B, export, wait_for
 from tests.upstream.http_server import Reply, ScriptedServer
 from tests.upstream.rtr_source_helpers import free_port, quick, running_core
 from upstream.client import Client
@@ -32,8 +32,6 @@ from upstream.selection import PayloadKind
 
 pytestmark = pytest.mark.anyio
 
-A = [("192.0.2.0/24", 24, 64496)]
-B = [("198.51.100.0/24", 24, 64497)]
 STARTUP = 0.5
 FAILBACK = 1.0
 SWITCH_TIMES: dict[str, float] = {}

@@ -19,7 +19,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream
 
 from snapshot.snapshot import Snapshot
 from tests.clock import FakeClock
-from tests.upstream.helpers import dumps, export, roa, slow_builds, wait_for, write_atomically
+from tests.upstream.helpers import A, B, dumps, export, roa, slow_builds, wait_for, write_atomically
 from tests.upstream.scripted_source import ScriptedSource, payload
 from upstream.aggregate import Aggregator, Build, Group
 from upstream.client import Client
@@ -31,9 +31,6 @@ from upstream.selection import GroupSpec, PayloadKind
 from upstream.source import Delivery, DeliverySink, Source
 
 pytestmark = pytest.mark.anyio
-
-A = [("192.0.2.0/24", 24, 64496)]
-B = [("198.51.100.0/24", 24, 64497)]
 
 
 @dataclass

@@ -124,3 +124,44 @@ def test_rpki_client_web_per_afi_aspas() -> None:
     expected = {c: tuple(sorted(p - {0} if p != {0} else p)) for c, p in merged.items()}
     assert {a.customer: a.providers for a in snap.aspas} == expected
     assert not any(0 in a.providers for a in snap.aspas)
+
+
+@pytest.mark.slow
+def test_rpkilog_global_table_build_and_prepare_cost() -> None:
+    """What `Snapshot.prepare` adds to a build of the full table in the aggregator's build
+    thread (contract L-32), and what a rebuild with unchanged VRPs saves by reusing the index."""
+    import time
+
+    from snapshot.kinds import PayloadKind
+    from snapshot.slurm import EMPTY_POLICY
+    from upstream.merge import Chosen, MergeCache, build_snapshot
+
+    raw = decompress((RPKILOG / "rpkiclient_summary_20250720T093135Z.json.bz2").read_bytes())
+    payload = parse_export(raw)
+    del raw
+    judged = 1753003893.0  # the export's build time: every entry is still valid
+    chosen: Chosen = {kind: [(payload, None)] for kind in PayloadKind}
+    started = time.perf_counter()
+    built = build_snapshot(chosen, [(payload, None)], EMPTY_POLICY, judged, MergeCache())
+    merge = time.perf_counter() - started
+    snap = built.snapshot
+    assert snap.vrp_count == 723_521
+    assert not snap.prepared
+    started = time.perf_counter()
+    snap.prepare()
+    prepare = time.perf_counter() - started
+    # The next build changes only ASPAs: both VRP families' indexes are taken over.
+    aspa_only = Snapshot(snap.v4, snap.v6, snap.router_keys, snap.aspas[1:])
+    started = time.perf_counter()
+    aspa_only.prepare(like=snap)
+    reuse = time.perf_counter() - started
+    print(
+        f"build (merge + SLURM): {merge:.2f} s; prepare: {prepare:.2f} s; "
+        f"prepare reusing the VRP index: {reuse * 1000:.0f} ms"
+    )
+    assert snap.origin_index is not None
+    assert aspa_only.origin_index is not None
+    assert aspa_only.origin_index.v4 is snap.origin_index.v4
+    assert aspa_only.origin_index.v6 is snap.origin_index.v6
+    assert prepare < 5.0  # ~0.4 s here
+    assert reuse < prepare / 4

@@ -9,7 +9,7 @@ import anyio
 import pytest
 from anyio.abc import SocketStream
 
-from tests.upstream.helpers import export, wait_for, write_atomically
+from tests.upstream.helpers import A, B, config, export, snapshot_event, wait_for, write_atomically
 from upstream.client import (
     Client,
     ClientState,
@@ -24,21 +24,6 @@ from upstream.config import ClientConfig, SourceConfig
 from upstream.events import EventId
 
 pytestmark = pytest.mark.anyio
-
-A = [("192.0.2.0/24", 24, 64496)]
-B = [("198.51.100.0/24", 24, 64497)]
-
-
-def config(*paths: Path) -> ClientConfig:
-    return ClientConfig(tuple(SourceConfig(p.name, str(p)) for p in paths), poll_interval=0.05)
-
-
-async def snapshot_event(events: Watch) -> SnapshotEvent:
-    with anyio.fail_after(5):
-        while True:
-            event = await events.receive()
-            if isinstance(event, SnapshotEvent):
-                return event
 
 
 async def test_initial_is_taken_at_registration_and_never_repeated(tmp_path: Path) -> None:
