@@ -119,6 +119,11 @@ class ThreadedBackend:
         return self._store.store_id
 
     @property
+    def closed(self) -> bool:
+        """Closed for good (a failed close is not: the next `close` retries it)."""
+        return self._closed
+
+    @property
     def is_open(self) -> bool:
         """Opened and not closed."""
         return self._open
