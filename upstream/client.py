@@ -47,13 +47,14 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.kinds import PayloadKind
 from snapshot.queries import SnapshotExpiredError
-from upstream.aggregate import Aggregator, Build, Group, Recovered
+from upstream.aggregate import Aggregator, Build, Recovered
 from upstream.client_closing import ClientClosing
 from upstream.client_events import EventHub
 from upstream.client_setup import (
     RecoveryTarget,
     check_home,
     cleanup_pending,
+    groups_of,
     loop_identity,
     prepare_sources,
 )
@@ -99,6 +100,8 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+CLOSED_WHILE_OPENING = "the client was closed while it was being opened"
+
 
 class Client(ClientClosing):
     """Runs sources in groups and keeps the current snapshot; see the module docstring."""
@@ -115,13 +118,12 @@ class Client(ClientClosing):
 
         Entering reads the sources' trust stores and opens and recovers `ClientConfig.state`;
         nothing runs before `run`. ``publish``, the host's hook, is handed every snapshot the
-        client commits (latest first, see `upstream.delivery`) before its state is committed
-        to the state file; it returns what the snapshot is served as. ``recovered``
-        seeds sources of this configuration with payloads restored from persisted state (by
-        source name); a name not configured is an error. Time is sampled from the system's
-        UTC and monotonic clocks (frozen at `ClientConfig.reference_time` for an offline
-        evaluation); ``_clock`` is the internal hook through which tests and the server's own
-        parts share other samplers, not an API.
+        client commits (latest first, see `upstream.delivery`) before its state is committed;
+        it returns what the snapshot is served as. ``recovered`` seeds sources with payloads
+        restored elsewhere (by name; a name not configured is an error). Time is sampled from
+        the system's UTC and monotonic clocks (frozen at `ClientConfig.reference_time` for an
+        offline evaluation); ``_clock`` is the internal hook through which tests and the
+        server's own parts share other samplers, not an API.
         """
         self.config = config
         #: The effective time every judgement of this client uses (never moves back).
@@ -144,7 +146,9 @@ class Client(ClientClosing):
         self.events = EventHub(self.epoch, self._wake)
         #: The event loop and thread the client was entered in (`_check_home`).
         self._home: tuple[object, int] | None = None
-        self._entering = False
+        #: The preparation of `__aenter__` while it runs (a concurrent close cancels it).
+        self._entering: anyio.CancelScope | None = None
+        self._prepared: anyio.Event | None = None
         #: When `aclose` began (the keeper's monotonic clock); None before.
         self._close_started: float | None = None
         #: The SLURM files and the policy in force (kept across `apply_config`).
@@ -157,7 +161,7 @@ class Client(ClientClosing):
             [],
             self._on_build,
             keeper=self.keeper,
-            groups=self._groups(config),
+            groups=groups_of(config, self._sources),
             slurm_policy=lambda: self.slurm.policy,
         )
         self._aggregator.on_status = self._on_status
@@ -173,32 +177,55 @@ class Client(ClientClosing):
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Self:
-        """Bind the client to this event loop and thread and prepare its sources.
+        """Bind the client to this loop and thread, prepare its sources, open its state file.
 
-        Their trust stores are read in a worker thread; a source that can never work raises
-        `SourceSetupError` (a `ValueError`) and leaves the client CREATED. Entering again,
-        also while this runs, is refused.
+        Trust stores are read in a worker thread; a source that can never work raises
+        `SourceSetupError` (a `ValueError`), a state file that cannot be owned a
+        `persistence.PersistenceError`; either leaves the client CREATED. Entering again, also
+        while this runs, is refused; a concurrent `aclose` cancels the preparation, waits for
+        it to end (a thread it runs is never abandoned) and this raises `RuntimeError`.
         """
-        if self.state is not ClientState.CREATED or self._entering:
-            what = "being opened" if self._entering else self.state.value
+        if self.state is not ClientState.CREATED or self._entering is not None:
+            what = "being opened" if self._entering is not None else self.state.value
             raise RuntimeError(f"cannot open a client that is {what}")
-        self._entering = True
+        self._entering = entering = anyio.CancelScope()
+        self._prepared = prepared = anyio.Event()
         self._home = loop_identity()
         try:
-            await prepare_sources(source for _, source in self._sources.values())
-            if self.keeping is not None:  # lock, schema, read, checks, seeds (see StateKeeping)
-                target = RecoveryTarget(
-                    self.config.clock_tolerance, self.sources, self.slurm, self.keeper, self.seed
-                )
-                await self.keeping.open(target, self.keeper.monotonic)
-        except BaseException:
+            with entering:
+                await prepare_sources(source for _, source in self._sources.values())
+                if self.keeping is not None:  # lock, schema, read, checks, seeds
+                    target = RecoveryTarget(
+                        self.config.clock_tolerance,
+                        self.sources,
+                        self.slurm,
+                        self.keeper,
+                        self.seed,
+                    )
+                    await self.keeping.open(target, self.keeper.monotonic)
+        except Exception as exc:
+            if self._closed_meanwhile():  # e.g. the thread's own error once it returned
+                raise RuntimeError(CLOSED_WHILE_OPENING) from exc
             self._home = None
             raise
+        except BaseException:
+            if not self._closed_meanwhile():
+                self._home = None
+            raise
         finally:
-            self._entering = False
+            self._entering = None
+            if self._closed_meanwhile() and self.keeping is not None:
+                await self.keeping.close()  # nothing stays open (shielded)
+            prepared.set()
+        if self._closed_meanwhile():
+            raise RuntimeError(CLOSED_WHILE_OPENING)
         self.state = ClientState.OPEN
         self._changed = anyio.Event()
         return self
+
+    def _closed_meanwhile(self) -> bool:
+        """A concurrent `aclose` began while `__aenter__` prepared."""
+        return self.state is ClientState.CLOSING
 
     async def __aexit__(
         self,
@@ -386,7 +413,7 @@ class Client(ClientClosing):
         self.keeper.tolerance = config.clock_tolerance
         self.slurm.poll_interval = config.poll_interval
         self.slurm.set_paths(config.slurm)
-        self._aggregator.reconfigure(self._groups(config))
+        self._aggregator.reconfigure(groups_of(config, self._sources))
         log.info("configuration revision %d applied", config.revision)
         return config.revision
 
@@ -400,12 +427,6 @@ class Client(ClientClosing):
             else:
                 sources[entry.name] = (entry, make_source(entry, config, self.keeper))
         return sources
-
-    def _groups(self, config: ClientConfig) -> list[Group]:
-        return [
-            Group(g, tuple(s for c, s in self._sources.values() if c.group == g.name))
-            for g in config.effective_groups()
-        ]
 
     def seed(self, name: str, recovered: Recovered) -> None:
         """Give source ``name`` a payload restored from persisted state; only before `run`."""

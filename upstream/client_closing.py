@@ -46,6 +46,8 @@ class ClientClosing:
     _scope: anyio.CancelScope | None
     _close_started: float | None
     _persistence_ended: anyio.Event | None
+    _entering: anyio.CancelScope | None
+    _prepared: anyio.Event | None
 
     def _check_home(self) -> None:
         raise NotImplementedError
@@ -70,6 +72,13 @@ class ClientClosing:
         failed is kept and a later call retries it. The client is CLOSED at the end.
         """
         self._check_home()
+        if self._entering is not None and self._prepared is not None:
+            # Entering: cancel the preparation and wait until it ended (and closed its store).
+            self.state = ClientState.CLOSING
+            self._entering.cancel()
+            await self._prepared.wait()
+            self._finish_close()
+            return ShutdownReport(persisted=None, message="")
         if not self.delivery.active or self.state in (ClientState.CREATED, ClientState.OPEN):
             if self.keeping is not None:
                 await self.keeping.close()  # opened on entering, never run

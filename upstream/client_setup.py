@@ -8,14 +8,15 @@ policy and clock); `cleanup_pending` names what a close in progress still waits 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
 
 from snapshot.slurm import SlurmPolicy
-from upstream.aggregate import Aggregator
+from upstream.aggregate import Aggregator, Group
+from upstream.config import ClientConfig, SourceConfig
 from upstream.recovery import SourceIdentity
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Preparable, Source
@@ -26,6 +27,7 @@ __all__ = [
     "RecoveryTarget",
     "check_home",
     "cleanup_pending",
+    "groups_of",
     "loop_identity",
     "prepare_sources",
 ]
@@ -93,3 +95,13 @@ def cleanup_pending(aggregator: Aggregator, done: anyio.Event | None) -> tuple[s
     if done is not None and not done.is_set():
         held.append("client tasks")
     return tuple(held)
+
+
+def groups_of(
+    config: ClientConfig, sources: Mapping[str, tuple[SourceConfig, Source]]
+) -> list[Group]:
+    """The configured groups in priority order, each with its sources."""
+    return [
+        Group(g, tuple(s for c, s in sources.values() if c.group == g.name))
+        for g in config.effective_groups()
+    ]
