@@ -24,26 +24,13 @@ from persistence.errors import (
 from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
-from persistence.schema import DDL, TABLES, VRP_COLUMNS
+from persistence.schema import COLUMNS, TABLES, VRP_COLUMNS
 from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
 from persistence.structure import Column
 
-
-def _column_types() -> dict[tuple[str, str], str]:
-    """(table, column) -> SQL type, read off the shared DDL."""
-    types: dict[tuple[str, str], str] = {}
-    for statement in DDL:
-        head, _, body = statement.partition("(")
-        table = head.split()[-1]
-        for line in body.rsplit(")", 1)[0].split(","):
-            parts = line.split()
-            if len(parts) >= 2:
-                types[table, parts[0]] = parts[1]
-    return types
-
-
-_TYPES = _column_types()
+#: (table, column) -> SQL type, as the shared DDL declares it.
+_TYPES = {(table, n): t for table, cols in COLUMNS.items() for n, t, _ in cols}
 _VRP_INSERT = (
     f"INSERT INTO vrps ({', '.join(VRP_COLUMNS)}) "  # noqa: S608 - fixed names
     "SELECT $1, p >> 48, $2 + i, n, (p >> 40) & 255, (p >> 32) & 255, p & 4294967295, e "
@@ -79,6 +66,7 @@ class DuckDBStore(SqlStore):
 
     backend_name = "duckdb"
     blob_length = "octet_length"
+    text_octets = "strlen({})"
     type_names = {"TEXT": "VARCHAR"}  # noqa: RUF012 - read only
 
     def __init__(self, path: str | Path, limits: Limits | None = None) -> None:

@@ -1,4 +1,9 @@
-"""`Limits`: the bounds a read checks with SQL counts and lengths before it builds any record."""
+"""`Limits`: the bounds a read checks with SQL counts and lengths before it builds any record.
+
+`CHECKS` holds the queries, with two dialect slots: ``{blob_length}``, the function giving a
+BLOB's octet length, and ``{text_octets[column]}``, the expression giving a text column's length
+in UTF-8 octets (`TextOctets`).
+"""
 
 from __future__ import annotations
 
@@ -20,6 +25,9 @@ class Limits:
     max_supports: int = 50_000_000
     #: Octets of the large fields (VRP networks, Router Key SKIs and SPKIs) in total.
     max_export_bytes: int = 1 << 30
+    #: Octets of the metadata in total: every source's name, group, kind and location, and the
+    #: header's text and digest columns (store id, package version, the digests).
+    max_metadata_bytes: int = 64 << 20
 
 
 class LimitExceededError(PersistenceError):
@@ -30,7 +38,19 @@ class LimitExceededError(PersistenceError):
     """
 
 
-#: The counts a read checks, as (what, the `Limits` field, SQL with a ``{blob_length}`` slot).
+class TextOctets:
+    """``{text_octets[column]}`` in a query: the dialect's octet length of a text column."""
+
+    def __init__(self, pattern: str) -> None:
+        """``pattern`` has one ``{}`` for the column name."""
+        self.pattern = pattern
+
+    def __getitem__(self, column: str) -> str:
+        """The expression for ``column``."""
+        return self.pattern.format(column)
+
+
+#: The counts a read checks, as (what, the `Limits` field, SQL with the dialect slots).
 CHECKS = (
     ("sources", "max_sources", "SELECT COUNT(*) FROM sources"),
     (
@@ -47,6 +67,16 @@ CHECKS = (
         (
             "SELECT (SELECT COALESCE(SUM({blob_length}(network)), 0) FROM vrps) + (SELECT"
             " COALESCE(SUM({blob_length}(ski) + {blob_length}(spki)), 0) FROM router_keys)"
+        ),
+    ),
+    (
+        "octets of metadata",
+        "max_metadata_bytes",
+        (
+            "SELECT (SELECT COALESCE(SUM({text_octets[name]} + {text_octets[group_name]}"
+            " + {text_octets[kind]} + {text_octets[location]}), 0) FROM sources)"
+            " + (SELECT COALESCE(SUM({text_octets[store_id]} + {text_octets[package_version]}"
+            " + {blob_length}(state_digest) + {blob_length}(header_digest)), 0) FROM header)"
         ),
     ),
 )

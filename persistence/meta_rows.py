@@ -26,9 +26,11 @@ from typing import Any
 
 from persistence.errors import CorruptStateError, DamagedStateError
 from persistence.rows import as_blob, as_int, as_text
-from persistence.schema import HEADER_COLUMNS, SOURCE_COLUMNS, TIME_COLUMNS
+from persistence.schema import HEADER_COLUMNS, LATER_COLUMNS, SOURCE_COLUMNS
 from persistence.state import (
+    ASN_MAX,
     SCHEMA_VERSION,
+    SESSION_MAX,
     PersistedState,
     SourceRecord,
     StateHeader,
@@ -62,9 +64,9 @@ def _named(conn: Any, sql: str) -> list[Named]:
 
 # ------------------------------------------------------------------ the layout of a file
 def missing_columns(conn: Any) -> list[tuple[str, str, str]]:
-    """The (table, column, type) of every time column the file does not have yet."""
+    """The (table, column, type) of every later column the file does not have yet, in order."""
     missing = []
-    for table, columns in TIME_COLUMNS.items():
+    for table, columns in LATER_COLUMNS.items():
         cursor = conn.execute(f"SELECT * FROM {table} LIMIT 0")  # noqa: S608 - fixed names
         present = {d[0] for d in cursor.description}
         missing += [(table, name, kind) for name, kind in columns if name not in present]
@@ -106,11 +108,13 @@ def read_header(conn: Any, store_id: str | None) -> StateHeader | None:
             package_version=as_text(row["package_version"]),
             observed_at=None if observed is None else as_int(observed),
             evaluated_digest=None if evaluated is None else as_blob(evaluated),
+            recovered_from=_recovered_from(row),
         )
     except (TypeError, ValueError, KeyError) as exc:
         raise CorruptStateError(f"header: {exc}") from exc
     if (header.observed_at is None) != (header.evaluated_digest is None):
         raise CorruptStateError("header: observed_at and evaluated_digest are stored together")
+    _check_header_ranges(header)
     if header.computed_digest() != header.header_digest:
         raise CorruptStateError("header digest mismatch")
     if header.schema_version != SCHEMA_VERSION or header.store_id != store_id:
@@ -118,9 +122,29 @@ def read_header(conn: Any, store_id: str | None) -> StateHeader | None:
     return header
 
 
+def _recovered_from(row: Named) -> StateId | None:
+    """The header's ``recovered_from`` (None: not stored, or a file of before the columns)."""
+    epoch, generation = row.get("recovered_from_epoch"), row.get("recovered_from_generation")
+    if epoch is None and generation is None:
+        return None
+    if epoch is None or generation is None:
+        raise ValueError("recovered_from_epoch and recovered_from_generation are stored together")
+    return StateId(as_int(epoch), as_int(generation))
+
+
+def _check_header_ranges(header: StateHeader) -> None:
+    """`DamagedStateError` for a serial or session id no commit writes (whatever the DDL)."""
+    if not 0 <= header.serial <= ASN_MAX:
+        raise DamagedStateError(f"header: serial {header.serial} out of range 0..{ASN_MAX}")
+    bad = [s for s in header.session_ids if not 0 <= s <= SESSION_MAX]
+    if bad:
+        raise DamagedStateError(f"header: session ids {bad} out of range 0..{SESSION_MAX}")
+
+
 def header_row(state: PersistedState, digest: bytes, written_at: int) -> tuple[Any, ...]:
     """The header row of a commit of ``state``, in `HEADER_COLUMNS` order (times stored)."""
     evaluated = evaluated_digest(state.sources)
+    recovered = state.recovered_from
     values: Named = {
         "schema_version": SCHEMA_VERSION,
         "store_id": state.store_id,
@@ -147,10 +171,13 @@ def header_row(state: PersistedState, digest: bytes, written_at: int) -> tuple[A
             state.package_version,
             observed_at=state.observed_at,
             evaluated_digest=evaluated,
+            recovered_from=state.recovered_from,
         ),
         "package_version": state.package_version,
         "observed_at": state.observed_at,
         "evaluated_digest": evaluated,
+        "recovered_from_epoch": None if recovered is None else recovered.epoch,
+        "recovered_from_generation": None if recovered is None else recovered.generation,
     }
     return tuple(values[c] for c in HEADER_COLUMNS)
 

@@ -26,7 +26,7 @@ from persistence.errors import (
     TransientError,
 )
 from persistence.interrupt import Interrupt
-from persistence.limits import CHECKS, LimitExceededError, Limits
+from persistence.limits import CHECKS, LimitExceededError, Limits, TextOctets
 from persistence.lock import OwnerLock
 from persistence.meta_rows import (
     checked_observed_at,
@@ -76,6 +76,8 @@ class SqlStore(StructureChecks):
     backend_name = "sql"
     #: The SQL function giving a BLOB's length in octets.
     blob_length = "length"
+    #: The SQL expression giving a text column's length in UTF-8 octets (``{}``: the column).
+    text_octets = "length(CAST({} AS BLOB))"
     #: How VRP rows are read in (source, seq) order; SQLite reads its rowid (insertion) order.
     vrp_order = "ORDER BY source_id, family, seq"
 
@@ -212,12 +214,22 @@ class SqlStore(StructureChecks):
             self._rollback()
 
     def _read_header(self) -> StateHeader | None:
-        return read_header(self._conn(), self.store_id)
+        """The verified header; without one, every other table must be empty (P-28)."""
+        header = read_header(self._conn(), self.store_id)
+        if header is None:
+            for table in TABLES[2:]:
+                sql = f"SELECT 1 FROM {table} LIMIT 1"  # noqa: S608 - fixed names
+                if self._conn().execute(sql).fetchone() is not None:
+                    raise DamagedStateError(
+                        f"no header, but the {table} table holds rows: no commit leaves that"
+                    )
+        return header
 
     def read_state_sync(self) -> tuple[StateHeader, PersistedState] | None:
         """The whole verified state in one read transaction, or None if nothing was committed."""
         self._begin(write=False)
         try:
+            self._check_limits()
             header = self._read_header()
             if header is None:
                 return None
@@ -225,7 +237,6 @@ class SqlStore(StructureChecks):
                 (bad,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
                 if bad:
                     raise DamagedStateError(f"{table}: {bad} rows break a type or range rule")
-            self._check_limits()
             try:
                 sources = self._read_sources(header)
                 observed_at = checked_observed_at(header, sources)
@@ -246,6 +257,7 @@ class SqlStore(StructureChecks):
                 package_version=header.package_version,
                 sources=sources,
                 observed_at=observed_at,
+                recovered_from=header.recovered_from,
             )
         except ValueError as exc:  # e.g. two sources of one name
             raise DamagedStateError(f"sources: {exc}") from exc
@@ -254,9 +266,14 @@ class SqlStore(StructureChecks):
         return header, state
 
     def _check_limits(self) -> None:
-        """Count sources, supports and large-field octets in SQL; refuse what exceeds `limits`."""
+        """Count sources, supports, large-field and metadata octets in SQL; refuse excess.
+
+        Run before the header row or any record is built; over a `limits` bound is refused.
+        """
+        octets = TextOctets(self.text_octets)
         for what, name, query in CHECKS:
-            (found,) = self._conn().execute(query.format(blob_length=self.blob_length)).fetchone()
+            sql = query.format(blob_length=self.blob_length, text_octets=octets)
+            (found,) = self._conn().execute(sql).fetchone()
             bound: int = getattr(self.limits, name)
             if int(found) > bound:
                 raise LimitExceededError(

@@ -23,6 +23,8 @@ US_PER_SECOND = 1_000_000
 #: Payload kinds as stored (a bitmask in the ``sources`` table).
 KIND_BITS = {"vrp": 1, "router_key": 2, "aspa": 4}
 ASN_MAX = 0xFFFF_FFFF
+#: The largest RTR session id (16 bits).
+SESSION_MAX = 0xFFFF
 
 
 def kinds_to_mask(kinds: Iterable[str]) -> int:
@@ -123,6 +125,10 @@ class PersistedState:
     #: The lower bound of effective time the owner had observed when it built the state.
     #: Stored with the state, no part of the digest; it raises the commit's ``written_at``.
     observed_at: int = 0
+    #: The stored state a restart recovered from, when this state was built by a recovery (the
+    #: database's old publish version, contract P-54); None otherwise. Stored in the header and
+    #: covered by the header digest, no part of the state digest.
+    recovered_from: StateId | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sources]
@@ -184,6 +190,8 @@ class StateHeader:
     #: header written before they were stored (see `persistence.meta_rows`).
     observed_at: int | None = None
     evaluated_digest: bytes | None = None
+    #: `PersistedState.recovered_from`; None too in a header written before it was stored.
+    recovered_from: StateId | None = None
 
     def computed_digest(self) -> bytes:
         """SHA-256 over every other header field (what ``header_digest`` must equal)."""
@@ -200,6 +208,7 @@ class StateHeader:
             self.package_version,
             observed_at=self.observed_at,
             evaluated_digest=self.evaluated_digest,
+            recovered_from=self.recovered_from,
         )
 
     def receipt(self, *, retried: bool = False) -> PersistReceipt:
@@ -228,11 +237,14 @@ def header_digest(  # noqa: PLR0917 - one parameter per header column
     *,
     observed_at: int | None = None,
     evaluated_digest: bytes | None = None,
+    recovered_from: StateId | None = None,
 ) -> bytes:
     """The header digest over the header fields and the state digest.
 
     With ``observed_at`` and ``evaluated_digest`` it covers them too (a header that stores
-    them); without, it is the digest of a header written before they were stored.
+    them); without, it is the digest of a header written before they were stored. A
+    ``recovered_from`` is covered after them, behind its own tag; None adds nothing, so every
+    header written before it existed keeps its digest.
     """
     stored_times = observed_at is not None or evaluated_digest is not None
     h = hashlib.sha256(
@@ -255,6 +267,10 @@ def header_digest(  # noqa: PLR0917 - one parameter per header column
     if stored_times:
         _put_int(h, -1 if observed_at is None else observed_at)
         h.update(evaluated_digest or b"")
+    if recovered_from is not None:
+        h.update(b"\x00recovered from\x00")
+        _put_int(h, recovered_from.epoch)
+        _put_int(h, recovered_from.generation)
     return h.digest()
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from persistence.errors import CorruptStateError, UnsupportedSchemaError
 from persistence.meta_rows import add_columns, missing_columns
-from persistence.schema import DDL, TABLES, TIME_COLUMNS
+from persistence.schema import COLUMNS, LATER_COLUMNS, TABLES, ddl
 from persistence.state import SCHEMA_VERSION, StateHeader
 
 __all__ = ["Column", "StructureChecks", "expected_columns"]
@@ -27,16 +27,10 @@ Column = tuple[str, str, bool]
 
 
 def expected_columns() -> dict[str, tuple[Column, ...]]:
-    """Table -> its columns in order, read off the shared DDL."""
-    tables: dict[str, tuple[Column, ...]] = {}
-    for statement in DDL:
-        head, _, body = statement.partition("(")
-        columns = []
-        for line in body.rsplit(")", 1)[0].split(","):
-            parts = line.split()
-            columns.append((parts[0], parts[1].upper(), "NOT NULL" in line.upper()))
-        tables[head.split()[-1]] = tuple(columns)
-    return tables
+    """Table -> its columns in order, as the shared DDL declares them."""
+    return {
+        table: tuple((n, t.upper(), nn) for n, t, nn in cols) for table, cols in COLUMNS.items()
+    }
 
 
 _EXPECTED = expected_columns()
@@ -48,6 +42,8 @@ class StructureChecks(ABC):
 
     store_id: str | None
     path: Path
+    #: The SQL function giving a BLOB's length in octets (the DDL's one dialect slot).
+    blob_length: str
     #: The dialect's spelling of a DDL type where it differs (DuckDB reports TEXT as VARCHAR).
     type_names: dict[str, str] = {}  # noqa: RUF012 - read only
 
@@ -98,7 +94,7 @@ class StructureChecks(ABC):
             log.info("%s: added the columns %s", self.path, ", ".join(c for _, c, _ in missing))
 
     def _create(self, created_at: int) -> None:
-        for statement in DDL:
+        for statement in ddl(self.blob_length):
             self._conn().execute(statement)
         self._conn().execute(
             "INSERT INTO schema_info VALUES (?, ?, ?)",
@@ -144,9 +140,11 @@ class StructureChecks(ABC):
         for table, columns in _EXPECTED.items():
             want = tuple((n, self.type_names.get(t, t), nn) for n, t, nn in columns)
             got = self._columns(table)
-            # A file written before the time columns lacks them (added by `ensure_schema`).
-            later = {name for name, _ in TIME_COLUMNS.get(table, ())}
-            if got != want and got != tuple(c for c in want if c[0] not in later):
+            # A file written before a later column lacks it (added by `ensure_schema`), and a
+            # first-release file has neither the keys nor the CHECKs (read and written as is).
+            later = {name for name, _ in LATER_COLUMNS.get(table, ())}
+            present = {c[0] for c in got}
+            if got != tuple(c for c in want if c[0] not in later or c[0] in present):
                 raise UnsupportedSchemaError(
                     f"table {table} has other columns than schema version 2 "
                     f"({', '.join(' '.join(map(str, c)) for c in got)}); it is not written into"
@@ -162,7 +160,7 @@ class StructureChecks(ABC):
             raise CorruptStateError(f"integrity check failed: {'; '.join(problems[:3])}")
         try:
             self.read_header_sync()
-        except CorruptStateError as exc:
-            raise CorruptStateError(
+        except CorruptStateError as exc:  # the class kept (a damaged value stays damaged)
+            raise type(exc)(
                 f"{exc}: the header every commit is checked against is damaged"
             ) from exc

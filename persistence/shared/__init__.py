@@ -8,24 +8,32 @@ time. Importing this module pulls in neither duckdb, nor the upstream or server 
 from persistence.shared.client import SharedSnapshotClient
 from persistence.shared.types import (
     CLOSE_DEADLINE,
+    Afi,
     ReaderState,
     SharedEvent,
+    SharedMetrics,
     SharedReaderConfig,
+    SharedReaderLimits,
     SharedSnapshot,
     SharedStatus,
     SharedWatch,
+    UpstreamId,
 )
 from snapshot.queries import ResyncRequiredError, SnapshotExpiredError
 
 __all__ = [
     "CLOSE_DEADLINE",
+    "Afi",
     "ReaderState",
     "ResyncRequiredError",
     "SharedEvent",
+    "SharedMetrics",
     "SharedReaderConfig",
+    "SharedReaderLimits",
     "SharedSnapshot",
     "SharedSnapshotClient",
     "SharedStatus",
     "SharedWatch",
     "SnapshotExpiredError",
+    "UpstreamId",
 ]

@@ -18,12 +18,26 @@ from snapshot.kinds import PayloadKind
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from snapshot.snapshot import Snapshot, SnapshotBuilder
 
-__all__ = ["floor_of", "judge_state"]
+__all__ = ["active_groups", "floor_of", "judge_state"]
 
 
 def floor_of(header: StateHeader, state: PersistedState) -> float:
     """The lower bound of UTC the state shows (its write and observed times), in seconds."""
     return max(header.written_at, state.observed_at) / US_PER_SECOND
+
+
+def active_groups(state: PersistedState) -> dict[PayloadKind, tuple[str, ...]]:
+    """The writer's active groups per kind: the groups of the sources selected for it.
+
+    A source's ``selected`` kinds are the ones it contributed to the writer's published set,
+    so its group was active for them; this reads the writer's choice, it guesses nothing.
+    """
+    groups: dict[PayloadKind, set[str]] = {kind: set() for kind in PayloadKind}
+    for source in state.sources:
+        for kind in PayloadKind:
+            if kind.value in source.selected:
+                groups[kind].add(source.group)
+    return {kind: tuple(sorted(names)) for kind, names in groups.items()}
 
 
 def _keys(

@@ -7,8 +7,9 @@ overflow or a change of the writer's publish identity turns into a sticky `Resyn
 
 from __future__ import annotations
 
+import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Self
@@ -22,17 +23,51 @@ from snapshot.queries import ResyncRequiredError, SnapshotView
 from snapshot.snapshot import Snapshot
 
 __all__ = [
+    "ALL_AFIS",
     "CLOSE_DEADLINE",
+    "Afi",
     "ReaderState",
     "SharedEvent",
+    "SharedMetrics",
     "SharedReaderConfig",
+    "SharedReaderLimits",
     "SharedSnapshot",
     "SharedStatus",
     "SharedWatch",
+    "UpstreamId",
 ]
 
 #: The fixed bound on how long `aclose` waits for the owner thread (P-72).
 CLOSE_DEADLINE = 5.0
+
+
+class Afi(enum.Enum):
+    """An address family of ASPA readiness (`wait_ready(aspa_afi=...)`).
+
+    The library's ASPA records carry no address family (one ASPA set serves IPv4 and IPv6
+    paths alike), so both families' availability comes from the one ASPA kind; the enum lets a
+    caller name the family it needs, as the contract asks, without a second stored set.
+    """
+
+    IPV4 = "ipv4"
+    IPV6 = "ipv6"
+
+
+#: Both address families: what ASPA readiness needs unless ``aspa_afi`` picks one.
+ALL_AFIS = frozenset(Afi)
+
+
+@dataclass(frozen=True, slots=True)
+class SharedReaderLimits:
+    """Reader-owned bounds (P-68)."""
+
+    #: Snapshot builds admitted into managed threads at once (a header candidate and a
+    #: local-time calibration share them; with one slot a calibration waits for the other).
+    max_concurrent_builds: int = 2
+
+    def __post_init__(self) -> None:
+        if self.max_concurrent_builds < 1:
+            raise ValueError("max_concurrent_builds must be at least 1")
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +83,8 @@ class SharedReaderConfig:
     wall: Callable[[], float] = time.time
     #: Longest sleep of the expiry timer between two looks at the clock.
     recheck: float = 1.0
+    #: The reader's own bounds (build slots).
+    limits: SharedReaderLimits = field(default_factory=SharedReaderLimits)
 
     def __post_init__(self) -> None:
         if not self.poll_interval > 0 or not self.recheck > 0:
@@ -58,6 +95,16 @@ class SharedReaderConfig:
 
 #: Where a `SharedSnapshotClient` is in its life (the states every library object shares).
 ReaderState = Lifecycle
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamId:
+    """The writer a snapshot came from, with the configuration revision of its header."""
+
+    store_id: str
+    epoch: int
+    generation: int
+    config_revision: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +124,26 @@ class SharedSnapshot:
     evaluated_at: float
     #: The reader's effective clock (`check` reads it when no ``now`` is given).
     clock: Callable[[], float] | None = field(default=None, compare=False)
+    #: The writer's active groups per kind, as its stored selection records them.
+    active_groups: Mapping[PayloadKind, tuple[str, ...]] = field(default_factory=dict)
+    #: The reader's own publish count: every snapshot it publishes (a new header or a local
+    #: re-evaluation of the held one) has the next one.
+    local_generation: int = 0
+
+    @property
+    def upstream_id(self) -> UpstreamId:
+        """The writer's identity and configuration revision of this snapshot."""
+        return UpstreamId(self.store_id, self.epoch, self.generation, self.config_revision)
+
+    @property
+    def aspa_usable_until_by_afi(self) -> dict[Afi, float | None]:
+        """Each family's ASPA usable-until time (one ASPA set serves both, see `Afi`)."""
+        return dict.fromkeys(Afi, self.usable_until_by_kind.get(PayloadKind.ASPA))
+
+    def aspa_usable(self, afi: Afi, now: float) -> bool:
+        """Whether ASPA data may still be used for ``afi`` at ``now``."""
+        until = self.aspa_usable_until_by_afi[afi]
+        return until is None or now < until
 
     @property
     def version(self) -> tuple[int, int]:
@@ -128,6 +195,49 @@ class SharedStatus:
     #: The kinds usable now.
     ready_kinds: frozenset[PayloadKind]
     cleanup_overdue: bool = False
+    #: The writer's identity of the held snapshot (None before any state was read).
+    upstream_id: UpstreamId | None = None
+    #: VRPs are usable now (the default meaning of "ready").
+    ready: bool = False
+    #: The ASPA families usable now, each judged on its own.
+    aspa_ready: frozenset[Afi] = frozenset()
+    #: Each kind's and each ASPA family's usable-until time (None: never or nothing held).
+    usable_until_by_kind: Mapping[PayloadKind, float | None] = field(default_factory=dict)
+    aspa_usable_until_by_afi: Mapping[Afi, float | None] = field(default_factory=dict)
+    #: The writer's active groups per kind in the held state.
+    active_groups: Mapping[PayloadKind, tuple[str, ...]] = field(default_factory=dict)
+    #: The reader's own publish count of the held snapshot.
+    local_generation: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SharedMetrics:
+    """An I/O-free sample of the reader's counters."""
+
+    state: ReaderState
+    #: The reader's own publish count and the writer's generation it holds.
+    local_generation: int
+    upstream_generation: int | None
+    #: Header looks, looks that failed, complete states read.
+    polls: int
+    poll_failures: int
+    states_read: int
+    #: Builds published from a new header, local re-evaluations published, and
+    #: re-evaluations dropped because a new header was published while they ran.
+    header_builds: int
+    calibrations: int
+    stale_calibrations: int
+    #: Build slots: the bound, held by a running thread now, tasks waiting for one.
+    max_concurrent_builds: int
+    builds_running: int
+    builds_waiting: int
+    #: The reader's effective time of the last completed header look (None: none yet).
+    last_poll_at: float | None
+    #: Records of the held snapshot and open subscriptions.
+    vrps: int
+    router_keys: int
+    aspas: int
+    watchers: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -243,6 +243,6 @@ def assert_same_state(got: PersistedState, want: PersistedState) -> None:
     """Equal digests and equal fields (the digest alone could hide a digest bug)."""
     assert got.digest() == want.digest()
     head = ("store_id", "state_id", "config_revision", "serial", "session_ids", "published_at")
-    for name in (*head, "package_version", "observed_at"):
+    for name in (*head, "package_version", "observed_at", "recovered_from"):
         assert getattr(got, name) == getattr(want, name), name
     assert [source_fields(s) for s in got.sources] == [source_fields(s) for s in want.sources]

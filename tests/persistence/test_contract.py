@@ -1,4 +1,10 @@
-"""The `PersistenceBackend` contract, run against SQLite and DuckDB on real files on both loops."""
+"""The `PersistenceBackend` contract, run against SQLite and DuckDB on real files on both loops.
+
+Two parts. The tests named in `__all__` are the backend contract suite: they use nothing but the
+`PersistenceBackend` protocol and the `contract_backend` fixture (a `ContractBackend`), and a
+custom backend runs exactly these through `tests.persistence.contract_suite`. The other tests
+are our SQL backends' own (raw SQL tampering, the shared DDL, the worker thread, the extra).
+"""
 
 from __future__ import annotations
 
@@ -19,15 +25,18 @@ from persistence.errors import (
     BackendClosedError,
     CommitConflictError,
     CorruptStateError,
+    DamagedStateError,
     MissingExtraError,
     OwnerLockedError,
     PersistenceError,
     UnsupportedSchemaError,
 )
-from persistence.schema import DDL, TABLES
+from persistence.schema import TABLES, ddl
 from persistence.state import SCHEMA_VERSION, PersistReceipt, StateId, header_digest
 from tests.clock import FakeClock
+from tests.persistence.contract_backend import DUCKDB, SQLITE, ContractBackend
 from tests.persistence.helpers import KINDS, ROOT, START, listing, make, opened, raw, wall_us
+from tests.persistence.legacy_ddl import legacy_store
 from tests.persistence.states import (
     US,
     assert_same_state,
@@ -38,17 +47,46 @@ from tests.persistence.states import (
 
 pytestmark = pytest.mark.anyio
 
+#: The backend contract suite (see the module text): the tests any backend must pass, and the
+#: fixtures and marker they need besides ``contract_backend``.
+__all__ = [
+    "path",
+    "pytestmark",
+    "test_capabilities",
+    "test_closed_backend_refuses_calls",
+    "test_constructor_touches_no_file",
+    "test_empty_state_round_trip",
+    "test_empty_store_reads_none",
+    "test_expected_conflict_leaves_the_stored_state",
+    "test_full_state_round_trip",
+    "test_idempotent_retry_returns_the_original_commit",
+    "test_open_creates_missing_directories",
+    "test_same_id_other_content_is_a_conflict",
+    "test_second_owner_in_another_process_is_refused",
+    "test_second_owner_in_process_is_refused",
+    "test_second_owner_through_a_hard_link_is_refused",
+    "test_state_of_another_store_is_refused",
+    "test_written_at_is_no_earlier_than_the_states_own_times",
+]
 
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    """Each contract test runs once per backend."""
-    return str(request.param)
+
+@pytest.fixture(params=[SQLITE, DUCKDB], ids=KINDS)
+def contract_backend(request: pytest.FixtureRequest) -> ContractBackend:
+    """Each contract test runs once per backend (a custom backend's module defines its own)."""
+    assert isinstance(request.param, ContractBackend)
+    return request.param
 
 
 @pytest.fixture
-def path(kind: str, tmp_path: Path) -> Path:
+def kind(contract_backend: ContractBackend) -> str:
+    """The SQL backend's name, for our own SQL-level tests."""
+    return contract_backend.name
+
+
+@pytest.fixture
+def path(contract_backend: ContractBackend, tmp_path: Path) -> Path:
     """The database file (not created)."""
-    return tmp_path / f"state.{kind}"
+    return tmp_path / f"state.{contract_backend.name}"
 
 
 async def committed(kind: str, path: Path, clock: FakeClock | None = None) -> StateId:
@@ -63,24 +101,25 @@ async def committed(kind: str, path: Path, clock: FakeClock | None = None) -> St
 # ---------------------------------------------------------------- construction and open
 
 
-async def test_capabilities(kind: str, path: Path) -> None:
-    backend = make(kind, path)
+async def test_capabilities(contract_backend: ContractBackend, path: Path) -> None:
+    backend = contract_backend.build(path)
     assert isinstance(backend, PersistenceBackend)
     caps = backend.capabilities
     assert isinstance(caps, BackendCapabilities)
-    assert caps.backend_name == kind
+    assert caps.backend_name == contract_backend.name
     assert caps.schema_version == SCHEMA_VERSION == 2
-    assert caps.shared_read is (kind == "sqlite")
+    assert caps.shared_read is contract_backend.shared_read
     assert caps.single_owner
     assert caps.atomic_commit
     assert await backend.close()
 
 
-async def test_constructor_touches_no_file(kind: str, tmp_path: Path) -> None:
-    backend = make(kind, tmp_path / "not" / "yet" / "state.db")
+async def test_constructor_touches_no_file(
+    contract_backend: ContractBackend, tmp_path: Path
+) -> None:
+    backend = contract_backend.build(tmp_path / "not" / "yet" / "state.db")
     assert await listing(tmp_path) == []
     assert backend.store_id is None
-    assert not backend.is_open
     with pytest.raises(BackendClosedError):
         await backend.read_state()
     assert await backend.close()
@@ -108,27 +147,29 @@ async def test_open_creates_schema_v2(kind: str, path: Path) -> None:
         assert backend.store_id == store_id
 
 
-async def test_open_creates_missing_directories(kind: str, tmp_path: Path) -> None:
+async def test_open_creates_missing_directories(
+    contract_backend: ContractBackend, tmp_path: Path
+) -> None:
     path = tmp_path / "new" / "dir" / "state.db"
-    async with opened(kind, path) as backend:
+    async with contract_backend.opened(path) as backend:
         assert await backend.read_state() is None
     assert path.is_file()
 
 
-async def test_empty_store_reads_none(kind: str, path: Path) -> None:
-    async with opened(kind, path) as backend:
+async def test_empty_store_reads_none(contract_backend: ContractBackend, path: Path) -> None:
+    async with contract_backend.opened(path) as backend:
         assert await backend.read_header() is None
         assert await backend.read_state() is None
-    async with opened(kind, path) as backend:
+    async with contract_backend.opened(path) as backend:
         assert await backend.read_state() is None
 
 
 # ---------------------------------------------------------------- commits
 
 
-async def test_full_state_round_trip(kind: str, path: Path) -> None:
+async def test_full_state_round_trip(contract_backend: ContractBackend, path: Path) -> None:
     clock = FakeClock(wall=START)
-    async with opened(kind, path, clock) as backend:
+    async with contract_backend.opened(path, clock) as backend:
         assert backend.store_id is not None
         first = make_state(backend.store_id, StateId(7, 1))
         receipt = await backend.commit(first, None)
@@ -158,26 +199,31 @@ async def test_full_state_round_trip(kind: str, path: Path) -> None:
 
         # A second, different state replaces the first entirely.
         clock.move_wall(30)
+        assert header.recovered_from is None
         second = make_state(backend.store_id, StateId(7, 2), realistic_sources(1)[:2], serial=43)
+        second = replace(second, recovered_from=StateId(6, 4))  # as built by a recovery
         assert second.digest() != first.digest()
         await backend.commit(second, first.state_id)
         result = await backend.read_state()
         assert result is not None
         assert_same_state(result[1], second)
         assert result[0].written_at == wall_us(clock)
+        assert result[0].recovered_from == result[1].recovered_from == StateId(6, 4)
 
     # A new owner (a restart) reads exactly the same state.
-    async with opened(kind, path) as backend:
+    async with contract_backend.opened(path) as backend:
         result = await backend.read_state()
         assert result is not None
         assert_same_state(result[1], second)
 
 
-async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, path: Path) -> None:
+async def test_written_at_is_no_earlier_than_the_states_own_times(
+    contract_backend: ContractBackend, path: Path
+) -> None:
     """A wall clock behind what the state shows (set back) does not make the commit look older."""
     clock = FakeClock(wall=START)
     hour = 3600 * US
-    async with opened(kind, path, clock) as backend:
+    async with contract_backend.opened(path, clock) as backend:
         assert backend.store_id is not None
         published = replace(
             make_state(backend.store_id, StateId(1, 1)), published_at=wall_us(clock) + hour
@@ -208,15 +254,15 @@ async def test_written_at_is_no_earlier_than_the_states_own_times(kind: str, pat
         later = replace(make_state(backend.store_id, StateId(1, 4), serial=45), observed_at=1)
         receipt = await backend.commit(later, StateId(1, 3))
         assert receipt.committed_at == wall_us(clock)
-    async with opened(kind, path) as backend:
+    async with contract_backend.opened(path) as backend:
         result = await backend.read_state()
         assert result is not None
         assert result[0].written_at == wall_us(clock)
         assert_same_state(result[1], later)
 
 
-async def test_empty_state_round_trip(kind: str, path: Path) -> None:
-    async with opened(kind, path) as backend:
+async def test_empty_state_round_trip(contract_backend: ContractBackend, path: Path) -> None:
+    async with contract_backend.opened(path) as backend:
         assert backend.store_id is not None
         state = make_state(backend.store_id, StateId(1, 1), ())
         await backend.commit(state, None)
@@ -226,9 +272,11 @@ async def test_empty_state_round_trip(kind: str, path: Path) -> None:
         assert result[1].sources == ()
 
 
-async def test_idempotent_retry_returns_the_original_commit(kind: str, path: Path) -> None:
+async def test_idempotent_retry_returns_the_original_commit(
+    contract_backend: ContractBackend, path: Path
+) -> None:
     clock = FakeClock(wall=START)
-    async with opened(kind, path, clock) as backend:
+    async with contract_backend.opened(path, clock) as backend:
         assert backend.store_id is not None
         state = make_state(backend.store_id, StateId(1, 1))
         first = await backend.commit(state, None)
@@ -246,8 +294,10 @@ async def test_idempotent_retry_returns_the_original_commit(kind: str, path: Pat
         assert header.written_at == first.committed_at
 
 
-async def test_expected_conflict_leaves_the_stored_state(kind: str, path: Path) -> None:
-    async with opened(kind, path) as backend:
+async def test_expected_conflict_leaves_the_stored_state(
+    contract_backend: ContractBackend, path: Path
+) -> None:
+    async with contract_backend.opened(path) as backend:
         assert backend.store_id is not None
         # Nothing stored yet, but the caller expects a state.
         first = make_state(backend.store_id, StateId(1, 1))
@@ -270,8 +320,10 @@ async def test_expected_conflict_leaves_the_stored_state(kind: str, path: Path) 
             await backend.commit(first, None)
 
 
-async def test_same_id_other_content_is_a_conflict(kind: str, path: Path) -> None:
-    async with opened(kind, path) as backend:
+async def test_same_id_other_content_is_a_conflict(
+    contract_backend: ContractBackend, path: Path
+) -> None:
+    async with contract_backend.opened(path) as backend:
         assert backend.store_id is not None
         state = make_state(backend.store_id, StateId(1, 1))
         await backend.commit(state, None)
@@ -284,8 +336,10 @@ async def test_same_id_other_content_is_a_conflict(kind: str, path: Path) -> Non
         assert_same_state(result[1], state)
 
 
-async def test_state_of_another_store_is_refused(kind: str, path: Path) -> None:
-    async with opened(kind, path) as backend:
+async def test_state_of_another_store_is_refused(
+    contract_backend: ContractBackend, path: Path
+) -> None:
+    async with contract_backend.opened(path) as backend:
         with pytest.raises(CommitConflictError):
             await backend.commit(make_state("another-store", StateId(1, 1)), None)
         assert await backend.read_state() is None
@@ -338,7 +392,7 @@ async def test_error_mid_write_rolls_back(
 def create_schema(kind: str, path: Path, version: int, *, skip: str = "") -> None:
     """A database with our DDL (minus ``skip``) and ``version`` in schema_info."""
     with raw(kind, path) as db:
-        for statement in DDL:
+        for statement in ddl("length" if kind == "sqlite" else "octet_length"):
             if not skip or f"TABLE {skip} (" not in statement:
                 db.execute(statement)
         db.execute("INSERT INTO schema_info VALUES (?, ?, ?)", (version, "f" * 32, 0))
@@ -450,6 +504,10 @@ RANGE_TAMPERS: list[tuple[str, tuple[object, ...]]] = [
     ("UPDATE aspa_providers SET provider = 4294967296 WHERE source_id = 1", ()),
     ("UPDATE sources SET complete = 2 WHERE source_id = 0", ()),
     ("UPDATE sources SET capabilities = 8 WHERE source_id = 0", ()),
+    ("UPDATE sources SET rtr_session = 65536 WHERE source_id = 1", ()),
+    ("UPDATE sources SET rtr_session = -1 WHERE source_id = 1", ()),
+    ("UPDATE sources SET rtr_serial = 4294967296 WHERE source_id = 1", ()),
+    ("UPDATE sources SET rtr_serial = -1 WHERE source_id = 1", ()),
 ]
 #: Bugs in persistence/ found by these tests, marked as strict xfails (none open: all fixed).
 KNOWN_BUGS: dict[str, tuple[str, type[Exception]]] = {}
@@ -471,31 +529,59 @@ def tamper_params(
     return params
 
 
-#: A cleanly committed and closed store per backend, copied by the tamper tests (saves time).
-_COMMITTED: dict[str, bytes] = {}
+#: Tampers the current DDL's keys and CHECKs refuse in SQL (see test_contract_schema): on such a
+#: file they cannot happen, so they run on a file of the first DDL (`LEGACY_DDL`) instead.
+SQL_REFUSED = (
+    "INSERT INTO sources SELECT * FROM sources WHERE source_id = 2",
+    "UPDATE sources SET name = 'ripe-http' WHERE source_id = 1",
+    "UPDATE vrps SET network = 'abcd' WHERE source_id = 0 AND seq = 0",
+    "UPDATE router_keys SET ski = 'twenty characters...' WHERE source_id = 0",
+)
 
 
-async def tamper_and_read(kind: str, path: Path, sql: str, args: tuple[object, ...]) -> bytes:
-    """A committed, closed store tampered with through a raw connection; the file's bytes."""
-    if kind not in _COMMITTED:
+def layout_params(
+    tampers: list[tuple[str, tuple[object, ...]]], kinds: tuple[str, ...] = KINDS
+) -> list[Any]:
+    """`tamper_params` on a current file where SQL allows the tamper, and on a legacy file."""
+    current = [(sql, args) for sql, args in tampers if sql not in SQL_REFUSED]
+    params = [pytest.param(False, *p.values, id=p.id) for p in tamper_params(current, kinds)]
+    return params + [
+        pytest.param(True, *p.values, id=f"legacy-{p.id}") for p in tamper_params(tampers, kinds)
+    ]
+
+
+#: A cleanly committed and closed store per backend and layout, copied by the tamper tests.
+_COMMITTED: dict[tuple[str, bool], bytes] = {}
+
+
+async def tamper_and_read(
+    kind: str, path: Path, sql: str, args: tuple[object, ...], *, legacy: bool = False
+) -> bytes:
+    """A committed, closed store tampered with through a raw connection; the file's bytes.
+
+    ``legacy``: the store was created by the first schema-2 DDL (no keys or CHECKs).
+    """
+    if (kind, legacy) not in _COMMITTED:
+        if legacy:
+            legacy_store(kind, path)
         await committed(kind, path)
-        _COMMITTED[kind] = await anyio.Path(path).read_bytes()
+        _COMMITTED[kind, legacy] = await anyio.Path(path).read_bytes()
     else:
-        await anyio.Path(path).write_bytes(_COMMITTED[kind])
+        await anyio.Path(path).write_bytes(_COMMITTED[kind, legacy])
     with raw(kind, path) as db:
         db.execute(sql, args) if args else db.execute(sql)
     return await anyio.Path(path).read_bytes()
 
 
 @pytest.mark.parametrize(
-    ("kind", "sql", "args"),
-    tamper_params(ROW_TAMPERS) + tamper_params(SQLITE_TYPE_TAMPERS, ("sqlite",)),
+    ("legacy", "kind", "sql", "args"),
+    layout_params(ROW_TAMPERS) + layout_params(SQLITE_TYPE_TAMPERS, ("sqlite",)),
 )
 async def test_tampered_rows_are_corrupt(
-    kind: str, sql: str, args: tuple[object, ...], tmp_path: Path
+    legacy: bool, kind: str, sql: str, args: tuple[object, ...], tmp_path: Path
 ) -> None:
     path = tmp_path / "state.db"
-    before = await tamper_and_read(kind, path, sql, args)
+    before = await tamper_and_read(kind, path, sql, args, legacy=legacy)
     async with opened(kind, path) as backend:
         with pytest.raises(CorruptStateError) as caught:
             await backend.read_state()
@@ -508,10 +594,12 @@ async def test_tampered_rows_are_corrupt(
 async def test_out_of_range_rows_are_corrupt(
     kind: str, sql: str, args: tuple[object, ...], tmp_path: Path
 ) -> None:
+    """Written behind the backend's back into a file of the first DDL (the current one's CHECKs
+    refuse these rows in SQL, test_contract_schema): the read's range rules still catch them."""
     path = tmp_path / "state.db"
-    before = await tamper_and_read(kind, path, sql, args)
+    before = await tamper_and_read(kind, path, sql, args, legacy=True)
     async with opened(kind, path) as backend:
-        with pytest.raises(CorruptStateError, match="type or range rule"):
+        with pytest.raises(DamagedStateError, match="type or range rule"):
             await backend.read_state()
     assert await anyio.Path(path).read_bytes() == before
 
@@ -604,30 +692,32 @@ async def test_header_of_another_schema_version_is_corrupt(kind: str, path: Path
 # ---------------------------------------------------------------- ownership and lifecycle
 
 
-async def test_second_owner_in_process_is_refused(kind: str, tmp_path: Path) -> None:
+async def test_second_owner_in_process_is_refused(
+    contract_backend: ContractBackend, tmp_path: Path
+) -> None:
     (tmp_path / "sub").mkdir()
     path = tmp_path / "state.db"
     (tmp_path / "link.db").symlink_to(path)
-    async with opened(kind, path) as owner:
+    async with contract_backend.opened(path) as owner:
         for spelling in (path, tmp_path / "sub" / ".." / "state.db", tmp_path / "link.db"):
-            second = make(kind, spelling)
+            second = contract_backend.build(spelling)
             with pytest.raises(OwnerLockedError) as caught:
                 await second.open()
             assert not caught.value.retryable
             assert await second.close()
         assert await owner.read_state() is None  # the owner is unaffected
     # Once the owner is gone, a new one opens.
-    async with opened(kind, tmp_path / "link.db") as backend:
-        assert backend.is_open
+    async with contract_backend.opened(tmp_path / "link.db") as backend:
+        assert await backend.read_state() is None
 
 
 OPEN_SCRIPT = """
-import sys, anyio
-from persistence.duckdb_backend import DuckDBBackend
-from persistence.sqlite_backend import SQLiteBackend
+import sys, time, anyio
+from pathlib import Path
+from tests.persistence.contract_backend import load
 
 async def main() -> None:
-    backend = (SQLiteBackend if sys.argv[1] == "sqlite" else DuckDBBackend)(sys.argv[2])
+    backend = load(sys.argv[1]).make(Path(sys.argv[2]), time.time)
     try:
         await backend.open()
     except Exception as exc:
@@ -641,35 +731,41 @@ anyio.run(main)
 """
 
 
-async def open_in_subprocess(kind: str, path: Path) -> str:
+async def open_in_subprocess(contract_backend: ContractBackend, path: Path) -> str:
     """What another process gets when it opens ``path`` as owner."""
     with anyio.fail_after(60):
         done = await anyio.run_process(
-            [sys.executable, "-c", OPEN_SCRIPT, kind, str(path)], cwd=ROOT
+            [sys.executable, "-c", OPEN_SCRIPT, contract_backend.ref, str(path)],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)},
         )
     return done.stdout.decode().strip()
 
 
-async def test_second_owner_in_another_process_is_refused(kind: str, path: Path) -> None:
-    async with opened(kind, path):
-        assert await open_in_subprocess(kind, path) == "OwnerLockedError"
-    assert await open_in_subprocess(kind, path) == "opened"
+async def test_second_owner_in_another_process_is_refused(
+    contract_backend: ContractBackend, path: Path
+) -> None:
+    async with contract_backend.opened(path):
+        assert await open_in_subprocess(contract_backend, path) == "OwnerLockedError"
+    assert await open_in_subprocess(contract_backend, path) == "opened"
 
 
-async def test_second_owner_through_a_hard_link_is_refused(kind: str, tmp_path: Path) -> None:
+async def test_second_owner_through_a_hard_link_is_refused(
+    contract_backend: ContractBackend, tmp_path: Path
+) -> None:
     """Ownership follows the file (its inode), not the path: a hard link does not get in."""
     path = tmp_path / "state.db"
     (tmp_path / "elsewhere").mkdir()
     link = tmp_path / "elsewhere" / "link.db"
-    async with opened(kind, path) as owner:  # creates the file, then locks it
+    async with contract_backend.opened(path) as owner:  # creates the file, then locks it
         assert owner.store_id is not None
         os.link(path, link)
-        second = make(kind, link)
+        second = contract_backend.build(link)
         with pytest.raises(OwnerLockedError) as caught:
             await second.open()
         assert not caught.value.retryable
         assert await second.close()
-        assert await open_in_subprocess(kind, link) == "OwnerLockedError"
+        assert await open_in_subprocess(contract_backend, link) == "OwnerLockedError"
         # The owner is unaffected: it still commits and reads.
         state = make_state(owner.store_id, StateId(1, 1))
         await owner.commit(state, None)
@@ -677,21 +773,21 @@ async def test_second_owner_through_a_hard_link_is_refused(kind: str, tmp_path: 
         assert result is not None
         assert_same_state(result[1], state)
     # The other way round: an owner through the link keeps out the original name.
-    async with opened(kind, link):
-        second = make(kind, path)
+    async with contract_backend.opened(link):
+        second = contract_backend.build(path)
         with pytest.raises(OwnerLockedError):
             await second.open()
         assert await second.close()
-        assert await open_in_subprocess(kind, path) == "OwnerLockedError"
-    assert await open_in_subprocess(kind, link) == "opened"
-    async with opened(kind, path) as backend:
+        assert await open_in_subprocess(contract_backend, path) == "OwnerLockedError"
+    assert await open_in_subprocess(contract_backend, link) == "opened"
+    async with contract_backend.opened(path) as backend:
         result = await backend.read_state()
         assert result is not None
         assert_same_state(result[1], state)
 
 
-async def test_closed_backend_refuses_calls(kind: str, path: Path) -> None:
-    backend = make(kind, path)
+async def test_closed_backend_refuses_calls(contract_backend: ContractBackend, path: Path) -> None:
+    backend = contract_backend.build(path)
     with pytest.raises(BackendClosedError):
         await backend.read_header()
     await backend.open()
@@ -699,7 +795,6 @@ async def test_closed_backend_refuses_calls(kind: str, path: Path) -> None:
     state = make_state(backend.store_id, StateId(1, 1))
     await backend.open()  # a second open of an open backend is harmless
     assert await backend.close()
-    assert not backend.is_open
     assert await backend.close()  # idempotent
     with pytest.raises(BackendClosedError):
         await backend.read_header()
@@ -711,7 +806,7 @@ async def test_closed_backend_refuses_calls(kind: str, path: Path) -> None:
         await backend.open()
     assert await backend.close()
     # The closed backend released the file.
-    async with opened(kind, path) as again:
+    async with contract_backend.opened(path) as again:
         assert await again.read_state() is None
 
 

@@ -1,4 +1,4 @@
-"""P-32 on real files: a read counts sources, supports and large-field octets before it builds."""
+"""P-32 on real files: a read counts sources, supports, large-field and metadata octets first."""
 
 from __future__ import annotations
 
@@ -18,7 +18,11 @@ pytestmark = pytest.mark.anyio
 def measures(state: PersistedState) -> dict[str, int]:
     """What the read counts, computed from the state itself."""
     supports = octets = 0
+    # Metadata in UTF-8 octets (not characters): the texts of each source and of the header,
+    # and the header's two 32-octet digests.
+    metadata = len(state.store_id.encode()) + len(state.package_version.encode()) + 2 * 32
     for s in state.sources:
+        metadata += sum(len(text.encode()) for text in (s.name, s.group, s.kind, s.location))
         supports += s.vrp_count + len(s.router_keys) + len(s.aspas)
         supports += sum(len(aspa.providers) for aspa, _ in s.aspas)
         octets += 4 * len(s.v4_expires) + 16 * len(s.v6_expires)
@@ -27,18 +31,28 @@ def measures(state: PersistedState) -> dict[str, int]:
         "max_sources": len(state.sources),
         "max_supports": supports,
         "max_export_bytes": octets,
+        "max_metadata_bytes": metadata,
     }
 
 
+def limited_state(store_id: str) -> PersistedState:
+    """The realistic state, one source's location and group with characters beyond ASCII."""
+    state = make_state(store_id, StateId(1, 1))
+    first = replace(state.sources[0], location="https://rpki.例え.jp/vrps.json", group="größe")
+    return replace(state, sources=(first, *state.sources[1:]))
+
+
 @pytest.mark.parametrize("kind", KINDS)
-@pytest.mark.parametrize("bound", ["max_sources", "max_supports", "max_export_bytes"])
+@pytest.mark.parametrize(
+    "bound", ["max_sources", "max_supports", "max_export_bytes", "max_metadata_bytes"]
+)
 async def test_a_read_over_a_bound_is_refused_and_at_the_bound_it_reads(
     tmp_path: Path, kind: str, bound: str
 ) -> None:
     path = tmp_path / f"state.{kind}"
     async with opened(kind, path) as backend:
         assert backend.store_id is not None
-        state = make_state(backend.store_id, StateId(1, 1))
+        state = limited_state(backend.store_id)
         await backend.commit(state, None)
     exact = measures(state)[bound]
     assert exact > 0

@@ -6,8 +6,6 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -17,59 +15,23 @@ from persistence.errors import PersistenceError
 from persistence.shared import (
     ReaderState,
     ResyncRequiredError,
-    SharedEvent,
     SharedReaderConfig,
-    SharedSnapshot,
     SharedSnapshotClient,
-    SharedWatch,
     SnapshotExpiredError,
 )
-from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateId
 from snapshot.kinds import PayloadKind
+from tests.persistence.shared_harness import (
+    TIMEOUT,
+    config,
+    eventually,
+    next_event,
+    owner,
+    until_generation,
+)
 from tests.persistence.shared_states import state
 
 pytestmark = pytest.mark.anyio
-TIMEOUT = 10.0
-
-
-def config(path: Path, wall: Callable[[], float] = time.time) -> SharedReaderConfig:
-    """A fast-polling reader configuration for ``path``."""
-    return SharedReaderConfig(path=path, poll_interval=0.02, recheck=0.02, wall=wall)
-
-
-async def eventually(predicate: Callable[[], bool]) -> None:
-    """Wait (bounded) until ``predicate`` holds: the reader's faces are samples, polled."""
-    with anyio.fail_after(TIMEOUT):
-        while not predicate():  # noqa: ASYNC110 - sampling get_status / get_snapshot
-            await anyio.sleep(0.01)
-
-
-@asynccontextmanager
-async def owner(path: Path) -> AsyncIterator[SQLiteBackend]:
-    """An open owner backend on ``path`` (real wall clock)."""
-    backend = SQLiteBackend(path)
-    await backend.open()
-    try:
-        yield backend
-    finally:
-        assert await backend.close()
-
-
-async def until_generation(reader: SharedSnapshotClient, generation: int) -> SharedSnapshot:
-    """Wait until the reader's snapshot is at ``generation``."""
-    await eventually(
-        lambda: (snap := reader.get_snapshot()) is not None and snap.generation == generation
-    )
-    snap = reader.get_snapshot()
-    assert snap is not None
-    return snap
-
-
-async def next_event(watch: SharedWatch) -> SharedEvent:
-    """The next event of ``watch``, bounded."""
-    with anyio.fail_after(TIMEOUT):
-        return await watch.__anext__()
 
 
 async def test_constructor_does_no_io_and_a_missing_file_is_not_created(tmp_path: Path) -> None:

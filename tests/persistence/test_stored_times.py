@@ -226,7 +226,12 @@ async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path:
         assert plan.trusted
         assert set(plan.recovered) == {"ripe-http", "rtr-upstream"}
     # The owner added the columns in place; the old rows kept their meaning.
-    assert columns(kind, path, "header")[-2:] == ["observed_at", "evaluated_digest"]
+    assert columns(kind, path, "header")[-4:] == [
+        "observed_at",
+        "evaluated_digest",
+        "recovered_from_epoch",
+        "recovered_from_generation",
+    ]
     assert columns(kind, path, "sources")[-1] == "evaluated_at"
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
