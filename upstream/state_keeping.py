@@ -200,6 +200,9 @@ class StateKeeping:
                 inputs=current.inputs,
                 observed_wall=max(keeper.now(), current.evaluated_at),
                 evaluated_wall=current.evaluated_at,
+                recovered_from=(
+                    None if self.recovered_header is None else self.recovered_header.state_id
+                ),
             )
         )
         self.persister.offer(state)

@@ -76,7 +76,14 @@ async def test_entering_opens_and_recovers_and_a_second_owner_is_refused(tmp_pat
         status = recovered.get_status()
         assert status.persistence is not None
         assert status.persistence.last_persisted_id == "1.1"  # what the file held
+        with anyio.fail_after(TIMEOUT):
+            again = await recovered.flush()  # the recovered view, committed under a new epoch
+        assert again.snapshot_id == StateId(2, 1)
         tg.cancel_scope.cancel()
+    with sqlite3.connect(db) as conn:  # P-54: the new state names the one it recovered from
+        row = conn.execute("SELECT recovered_from_epoch, recovered_from_generation FROM header")
+        assert row.fetchone() == (1, 1)
+    conn.close()
 
 
 async def test_the_final_view_is_committed_by_the_close(tmp_path: Path) -> None:
