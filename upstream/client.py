@@ -56,10 +56,11 @@ from upstream.client_setup import (
     cleanup_pending,
     groups_of,
     loop_identity,
+    make_sources,
     prepare_sources,
 )
 from upstream.clock import Clock, FixedWallClock, SystemClock
-from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.config import ClientConfig, SourceConfig
 from upstream.delivery import Delivery, PublishHook
 from upstream.event_diff import (
     EVERYTHING,
@@ -156,7 +157,7 @@ class Client(ClientClosing):
             config.slurm, poll_interval=config.poll_interval, on_change=self._slurm_changed
         )
         self._sources: dict[str, tuple[SourceConfig, Source]] = {}
-        self._sources = self._make_sources(config)
+        self._sources = make_sources(config, self._sources, self.keeper)
         self._aggregator = Aggregator(
             [],
             self._on_build,
@@ -166,7 +167,9 @@ class Client(ClientClosing):
         )
         self._aggregator.on_status = self._on_status
         #: The state file (`ClientConfig.state`): open, recover, commit, close; None: memory.
-        self.keeping = None if config.state is None else StateKeeping(config.state, _clock.wall)
+        self.keeping = (
+            None if config.state is None else StateKeeping(config.state, _clock.wall, config.limits)
+        )
         #: Committed snapshots to the host and the state file; the bounded final commit.
         self.delivery = Delivery(
             publish, self.keeping, self.keeper, flush_timeout=config.flush_timeout
@@ -399,7 +402,7 @@ class Client(ClientClosing):
         # configuration leaves the client as it was.
         while True:
             base = self._sources
-            sources = self._make_sources(config)
+            sources = make_sources(config, self._sources, self.keeper)
             if self.state is not ClientState.CREATED:
                 await prepare_sources(s for _, s in sources.values() if s not in self.sources)
             if config.revision <= self.config.revision:
@@ -408,6 +411,8 @@ class Client(ClientClosing):
                 raise RuntimeError("the client is closing")
             if self._sources is base:
                 break  # else another revision was applied while this one prepared: redo
+        if self.keeping is not None and config.limits != self.keeping.limits:
+            await self.keeping.set_limits(config.limits)  # the next transaction's budget
         self._sources = sources
         self.config = config
         self.keeper.tolerance = config.clock_tolerance
@@ -418,15 +423,6 @@ class Client(ClientClosing):
         return config.revision
 
     # ------------------------------------------------------------------ internals
-    def _make_sources(self, config: ClientConfig) -> dict[str, tuple[SourceConfig, Source]]:
-        sources: dict[str, tuple[SourceConfig, Source]] = {}
-        for entry in config.sources:
-            old = self._sources.get(entry.name)
-            if old is not None and old[0] == entry:
-                sources[entry.name] = old
-            else:
-                sources[entry.name] = (entry, make_source(entry, config, self.keeper))
-        return sources
 
     def seed(self, name: str, recovered: Recovered) -> None:
         """Give source ``name`` a payload restored from persisted state; only before `run`."""

@@ -16,7 +16,7 @@ import anyio.lowlevel
 
 from snapshot.slurm import SlurmPolicy
 from upstream.aggregate import Aggregator, Group
-from upstream.config import ClientConfig, SourceConfig
+from upstream.config import ClientConfig, SourceConfig, make_source
 from upstream.recovery import SourceIdentity
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Preparable, Source
@@ -29,6 +29,7 @@ __all__ = [
     "cleanup_pending",
     "groups_of",
     "loop_identity",
+    "make_sources",
     "prepare_sources",
 ]
 
@@ -105,3 +106,19 @@ def groups_of(
         Group(g, tuple(s for c, s in sources.values() if c.group == g.name))
         for g in config.effective_groups()
     ]
+
+
+def make_sources(
+    config: ClientConfig,
+    current: Mapping[str, tuple[SourceConfig, Source]],
+    keeper: TimeKeeper,
+) -> dict[str, tuple[SourceConfig, Source]]:
+    """The sources of ``config``: those configured as in ``current`` are kept (with their data)."""
+    sources: dict[str, tuple[SourceConfig, Source]] = {}
+    for entry in config.sources:
+        old = current.get(entry.name)
+        if old is not None and old[0] == entry:
+            sources[entry.name] = old
+        else:
+            sources[entry.name] = (entry, make_source(entry, config, keeper))
+    return sources

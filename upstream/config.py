@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from persistence.limits import Limits
 from persistence.location import StateLocation
 from snapshot.kinds import PayloadKind
 from upstream.file_source import FileSource
@@ -103,6 +104,9 @@ class ClientConfig:
     #: How long `Client.aclose` may take for the final commit (the sources' stop and a decided
     #: withdrawal count in it); past it the close says what was not persisted.
     flush_timeout: float = 30.0
+    #: What a read of the state file may build (sources, supports, bytes); None: `Limits()`.
+    #: A changed value (`Client.apply_config`) applies from the backend's next transaction.
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
         if not self.sources:

@@ -23,6 +23,7 @@ import anyio
 
 from persistence.backend import ThreadedBackend
 from persistence.errors import DamagedStateError
+from persistence.limits import Limits
 from persistence.location import StateLocation
 from persistence.persister import Persister
 from persistence.state import StateHeader, StateId
@@ -84,10 +85,13 @@ class Keeper(Protocol):
 class StateKeeping:
     """The backend, persister and state ids of one client's state file."""
 
-    def __init__(self, location: StateLocation, wall: Callable[[], float]) -> None:
-        """Hold no store yet (`open` opens one)."""
+    def __init__(
+        self, location: StateLocation, wall: Callable[[], float], limits: Limits | None = None
+    ) -> None:
+        """Hold no store yet (`open` opens one, bounded by ``limits``)."""
         self.location = location
         self.wall = wall
+        self.limits = limits
         #: The persistence backend (owned: closed by `close`); None before `open`.
         self.backend: ThreadedBackend | None = None
         self.persister: Persister | None = None
@@ -109,7 +113,7 @@ class StateKeeping:
         left as it was); a refusal (another owner, an unknown schema) raises here.
         """
         location = self.location
-        backend = self.backend = location.make_backend(wall=self.wall)
+        backend = self.backend = location.make_backend(wall=self.wall, limits=self.limits)
         try:
             await backend.open()
             await self._recover(backend, client, monotonic)
@@ -207,6 +211,12 @@ class StateKeeping:
         )
         self.persister.offer(state)
         self.handover.note(current, state_id, published, self.persister.persisted)
+
+    async def set_limits(self, limits: Limits | None) -> None:
+        """New bounds for the store's reads, from its next transaction on (P-08)."""
+        self.limits = limits
+        if self.backend is not None and self.backend.is_open:
+            await self.backend.set_limits(Limits() if limits is None else limits)
 
     async def close(self, wait: float | None = None) -> None:
         """Close the store; a failed close is kept and the next call retries it.

@@ -4,6 +4,7 @@ and retried when it fails (L-02, L-05, L-06, L-07b, L-38, L-69)."""
 
 from __future__ import annotations
 
+import dataclasses
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -12,6 +13,7 @@ import anyio
 import pytest
 
 from persistence.errors import OwnerLockedError
+from persistence.limits import LimitExceededError, Limits
 from persistence.location import StateLocation
 from persistence.sqlite_backend import SQLiteStore
 from persistence.state import StateId
@@ -205,3 +207,31 @@ async def test_the_host_hook_gets_every_commit_before_its_state(tmp_path: Path) 
         row = conn.execute("SELECT serial, session_v0, session_v1, session_v2 FROM header")
         assert row.fetchone() == (1, 1, 2, 3)
     conn.close()
+
+
+async def test_the_configured_limits_bound_the_recovery_read_and_follow_apply_config(
+    tmp_path: Path,
+) -> None:
+    """P-08: the backend the client builds gets `ClientConfig.limits`; a new value reaches it
+    through the worker's queue, so it bounds the next transaction, not a running one."""
+    source, db = tmp_path / "export.json", tmp_path / "state.db"
+    write_atomically(source, export(B))
+    async with Client(config(source, db)) as first, anyio.create_task_group() as tg:
+        await tg.start(first.run)
+        with anyio.fail_after(TIMEOUT):
+            await first.wait_ready()
+            await first.flush()
+        await first.aclose()
+        tg.cancel_scope.cancel()
+    strict = Client(config(source, db, limits=Limits(max_supports=1)))
+    with pytest.raises(LimitExceededError):
+        await strict.__aenter__()  # two VRPs stored: nothing of them is built
+    assert strict.state is ClientState.CREATED
+    loose = config(source, db, limits=Limits(max_supports=2))
+    client = Client(loose)
+    async with client:
+        assert client.keeping is not None
+        assert client.keeping.backend is not None
+        assert client.keeping.backend.limits == Limits(max_supports=2)
+        await client.apply_config(dataclasses.replace(loose, revision=1, limits=Limits()))
+        assert client.keeping.backend.limits == Limits()
