@@ -330,6 +330,7 @@ class Client(ClientClosing):
             ),
             persistence=None if persister is None else persister.status,
             persistence_close_error=None if keeping is None else keeping.close_error,
+            persisted_revision=None if keeping is None else keeping.persisted_revision,
         )
 
     def _cleanup_pending(self) -> tuple[str, ...]:

@@ -102,7 +102,7 @@ class ClientClosing:
         self.delivery.abort(reason)
 
     async def flush(self) -> PersistReceipt:
-        """Wait until the state of the latest delivered snapshot (or a later one) is committed.
+        """Wait until the state of the current snapshot (or a later one) is committed.
 
         Returns the actual receipt; raises `persistence.PersisterStoppedError` when committing
         stopped first. Bound it with a cancel scope.
@@ -110,6 +110,9 @@ class ClientClosing:
         persister = None if self.keeping is None else self.keeping.persister
         if persister is None:
             raise RuntimeError("flush() needs an entered client with ClientConfig.state")
+        current = self.get_snapshot()
+        if current is not None and self.state is ClientState.RUNNING:
+            await self.delivery.wait_offered(current.generation)  # the target: what is current
         return await persister.flush()
 
     async def close_sources(self) -> None:

@@ -101,6 +101,7 @@ class Delivery:
         self._taken: ClientSnapshot | None = None
         #: What the host said it served last (None: nothing yet, or no host).
         self._publication: Publication | None = None
+        self._offers: anyio.Event | None = None
 
     @property
     def active(self) -> bool:
@@ -173,6 +174,21 @@ class Delivery:
             published = Publication(current.generation, (0, 0, 0), current.snapshot.vrp_count)
         if published is not None:
             await keeping.offer(current, published, self.keeper)
+            if self._offers is not None:
+                self._offers.set()
+                self._offers = None
+
+    async def wait_offered(self, generation: int) -> None:
+        """Return once a snapshot of ``generation`` or later was offered to the persister."""
+        keeping = self.keeping
+        assert keeping is not None
+        while True:
+            offered = keeping.handover.offered
+            if offered is not None and offered.generation >= generation:
+                return
+            if self._offers is None:
+                self._offers = anyio.Event()
+            await self._offers.wait()
 
     def _served_serial(self) -> int | None:
         """The serial the host serves now (None: nothing was served)."""

@@ -127,6 +127,9 @@ class ClientStatus:
     persistence: PersisterStatus | None = None
     #: Why closing the state file failed (kept: the next `Client.aclose` retries it).
     persistence_close_error: str | None = None
+    #: The configuration revision the state file holds (confirmed commits; ``revision`` is the
+    #: one in force); None: no state file, or nothing stored yet.
+    persisted_revision: int | None = None
 
 
 class SnapshotId(NamedTuple):

@@ -99,6 +99,8 @@ class StateKeeping:
         self.recovery: RecoveryPlan | None = None
         #: The header of the state recovered from (None: none was).
         self.recovered_header: StateHeader | None = None
+        #: The configuration revision the file held when it was opened (None: no state).
+        self.stored_revision: int | None = None
         #: Why closing the store failed (also in /status); None: it closed, or not yet.
         self.close_error: str | None = None
         #: What the client delivered last and what it handed to the persister.
@@ -147,6 +149,7 @@ class StateKeeping:
         else:
             header, state = stored
             persisted = header.state_id
+            self.stored_revision = header.config_revision
             self._epoch = header.state_id.epoch + 1
             tolerance = client.clock_tolerance
             configured = client.configured()
@@ -225,6 +228,12 @@ class StateKeeping:
         """
         if self.backend is not None:
             self.close_error = await close_store(self.backend, self.close_error, wait)
+
+    @property
+    def persisted_revision(self) -> int | None:
+        """The configuration revision of the state the file holds, as far as is confirmed."""
+        receipt = None if self.persister is None else self.persister.last_receipt
+        return self.stored_revision if receipt is None else receipt.config_revision
 
     @property
     def closed(self) -> bool:

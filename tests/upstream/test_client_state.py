@@ -235,3 +235,35 @@ async def test_the_configured_limits_bound_the_recovery_read_and_follow_apply_co
         assert client.keeping.backend.limits == Limits(max_supports=2)
         await client.apply_config(dataclasses.replace(loose, revision=1, limits=Limits()))
         assert client.keeping.backend.limits == Limits()
+
+
+async def test_the_revision_in_force_and_the_persisted_one_are_reported_apart(
+    tmp_path: Path,
+) -> None:
+    """P-57: a configuration change is persisted with the next commit, in one transaction with
+    its payload; until then the status tells the revision in force from the one stored."""
+    source, db = tmp_path / "export.json", tmp_path / "state.db"
+    write_atomically(source, export(A))
+    base = config(source, db)
+    client = Client(base)
+    async with client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(TIMEOUT):
+            await client.wait_ready()
+            await client.flush()
+        assert (client.get_status().revision, client.get_status().persisted_revision) == (0, 0)
+        with client.watch() as events:
+            await client.apply_config(dataclasses.replace(base, revision=1))
+            assert client.get_status().revision == 1
+            with anyio.fail_after(TIMEOUT):
+                async for event in events:
+                    if isinstance(event, SnapshotEvent) and event.after_config_revision == 1:
+                        break
+                receipt = await client.flush()
+        assert receipt.config_revision == 1
+        assert client.get_status().persisted_revision == 1
+        await client.aclose()
+        tg.cancel_scope.cancel()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT config_revision FROM header").fetchone() == (1,)
+    conn.close()
