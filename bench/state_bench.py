@@ -30,9 +30,9 @@ from persistence.state import StateId
 from rtr_server import __version__
 from rtr_server.app import App
 from rtr_server.app_config import AppConfig
-from rtr_server.recovery import build_state
 from rtr_server.settings import ListenAddress, ServerSettings
 from upstream.clock import FixedWallClock
+from upstream.recovery import build_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.serve_bench import EXPECTED_VRPS, TABLE, count_pdus, dump, free_port

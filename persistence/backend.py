@@ -18,6 +18,7 @@ from typing import Protocol, runtime_checkable
 import anyio
 
 from persistence.errors import BackendClosedError, ForkedProcessError
+from persistence.limits import Limits
 from persistence.sql_store import SqlStore
 from persistence.state import (
     PersistedState,
@@ -119,6 +120,11 @@ class ThreadedBackend:
         return self._store.store_id
 
     @property
+    def closed(self) -> bool:
+        """Closed for good (a failed close is not: the next `close` retries it)."""
+        return self._closed
+
+    @property
     def is_open(self) -> bool:
         """Opened and not closed."""
         return self._open
@@ -134,6 +140,17 @@ class ThreadedBackend:
             self._store.pid = os.getpid()  # bound to this process from now on
         await self._worker.run(self._store.call, self._store.open_sync, seconds_to_us(self._wall()))
         self._open = True
+
+    async def set_limits(self, limits: Limits) -> None:
+        """Bound reads from the next call on (queued behind a running one, not re-budgeting it)."""
+        self._check_open()
+        await self._worker.run(setattr, self._store, "limits", limits)
+
+    @property
+    def limits(self) -> Limits:
+        """The bounds reads are checked against now."""
+        limits: Limits = self._store.limits
+        return limits
 
     async def read_header(self) -> StateHeader | None:
         """The verified header (None if nothing was committed)."""

@@ -135,6 +135,11 @@ class Persister:
         return self._status
 
     @property
+    def last_receipt(self) -> PersistReceipt | None:
+        """The receipt of the last commit this worker confirmed (None: none yet)."""
+        return self._last_receipt
+
+    @property
     def persisted(self) -> StateId | None:
         """The id of the state the store holds (as far as this worker knows)."""
         return self._persisted

@@ -1,19 +1,20 @@
-"""Composition root: wires the upstream `Client`, the publish pipeline, the state file, the server.
+"""Composition root: wires the upstream `Client`, the publish pipeline and the server.
 
-`run_app` owns everything it creates: the server, the client (which owns the sources) and,
-with ``--state``, the persistence backend and its worker. The parts hold the logic: what
+`run_app` owns everything it creates: the server, the HTTP API and the client, which owns its
+sources and, with ``--state``, its state file (`ClientConfig.state`: opened, checked and
+recovered when the client is entered, before any network; see `upstream.state_keeping`). What
 happens to a snapshot is `rtr_server.publishing.Publishing`'s (the publisher in a worker
-thread, swapped into the server in one assignment); following the client, handing each
-snapshot to the state file and closing that flow in order are `rtr_server.following.Following`'s;
-the state file itself (open, recover, offer, close) is `rtr_server.state_keeping.StateKeeping`'s.
-The app creates them, starts them in order (recovery before any network) and stops them. With
+thread, swapped into the server in one assignment): the client hands each snapshot it commits,
+the recovered one first, to the app's publish hook (`App.publish`), then commits its state
+with the serial and session ids it is served under (`upstream.delivery`). With
 ``--state-reader`` the app follows another process's SQLite state
 (`rtr_server.follower.StateFollower`) instead of running sources.
 
-`App.stop` closes in order (`Following.close_in_order`), then the store and the listeners
-close; `App.shutdown` and one log line say what was persisted. A failure of the client's close
-(its final build) is the close result ``persistence_failed`` (`ClientRun`) and goes to the
-host. Cancelling `run` stops at once.
+`App.stop` makes the client close in order (`Client.close_report`: the sources stop, the final
+view is served and committed within ``--flush-timeout``), then the listeners close;
+`App.shutdown` and one log line say what was persisted. A failure of the client's close (its
+final build) is the close result ``persistence_failed`` and goes to the host. Cancelling `run`
+stops at once.
 """
 
 from __future__ import annotations
@@ -21,7 +22,6 @@ from __future__ import annotations
 import logging
 import secrets
 from contextlib import AsyncExitStack
-from dataclasses import replace
 
 import anyio
 from anyio.abc import TaskStatus
@@ -33,25 +33,17 @@ from persistence.persister import Persister
 from rtr_server import app_view
 from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.follower import StateFollower
-from rtr_server.following import Following
 from rtr_server.http.api import HttpApi
 from rtr_server.http.view import GroupView, SourceView
 from rtr_server.publish_log import PublishLog
 from rtr_server.publishing import Publishing
-from rtr_server.recovery import RecoveryPlan
 from rtr_server.server import RtrServer
-from rtr_server.shutdown import (
-    ClientRun,
-    ShutdownReport,
-    StopRequest,
-    close_failed,
-)
-from rtr_server.state_keeping import StateKeeping
 from snapshot.publisher import PublishedState, Publisher, SessionIds
-from upstream.client import (
-    Client,
-)
+from snapshot.snapshot import Snapshot
+from upstream.client import Client
 from upstream.clock import Clock
+from upstream.closing import Publication, ShutdownReport, StopRequest, close_store
+from upstream.recovery import RecoveryPlan
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
 
@@ -73,20 +65,23 @@ class App:
         )
         #: Snapshots to what routers are served (publisher, server, publish log).
         self.publishing = Publishing(self.server, publisher, clock)
-        #: The state file (``--state``, ``--state-reader``): open, recover, commit, close.
-        self.keeping = StateKeeping(clock.wall)
-        #: The upstream client; None for a follower (``--state-reader``), which runs no sources.
+        #: The upstream client (it owns the ``--state`` file); None for a follower
+        #: (``--state-reader``), which runs no sources.
         self.client: Client | None = (
-            None if config.state_reader else Client(config.client_config(), _clock=clock)
+            None
+            if config.state_reader
+            else Client(config.client_config(), publish=self.publish, _clock=clock)
         )
         self.follower: StateFollower | None = None
+        #: A follower's read-only backend (``--state-reader``); closed by `run`.
+        self.reader_backend: ThreadedBackend | None = None
+        self._reader_close_error: str | None = None
         #: Prometheus collectors of this app (served on /metrics); never the global registry.
         self.registry = CollectorRegistry()
         self.http = None if config.http is None else HttpApi(self, config.http, self.registry)
         #: How the last orderly stop ended (None until `stop` made `run` close in order).
         self.shutdown: ShutdownReport | None = None
         self._stop = StopRequest()
-        self._client_run = ClientRun(self._stop)
 
     def _client(self) -> Client:
         if self.client is None:
@@ -139,23 +134,27 @@ class App:
 
     @property
     def backend(self) -> ThreadedBackend | None:
-        """The persistence backend (owned: opened and closed by `run`); None when memory-only."""
-        return self.keeping.backend
+        """The state file's backend (the client's, or a follower's); None when memory-only."""
+        keeping = None if self.client is None else self.client.keeping
+        return self.reader_backend if keeping is None else keeping.backend
 
     @property
     def persister(self) -> Persister | None:
-        """The persistence worker; None when memory-only or following."""
-        return self.keeping.persister
+        """The client's persistence worker; None when memory-only or following."""
+        keeping = None if self.client is None else self.client.keeping
+        return None if keeping is None else keeping.persister
 
     @property
     def recovery(self) -> RecoveryPlan | None:
         """What the last start-up recovered (None without ``--state``)."""
-        return self.keeping.recovery
+        keeping = None if self.client is None else self.client.keeping
+        return None if keeping is None else keeping.recovery
 
     @property
     def persistence_close_error(self) -> str | None:
         """Why closing the store failed (also in /status); None: it closed, or not yet."""
-        return self.keeping.close_error
+        keeping = None if self.client is None else self.client.keeping
+        return self._reader_close_error if keeping is None else keeping.close_error
 
     def stop(self) -> None:
         """Ask for an orderly stop (see the module docstring); `run` then returns."""
@@ -164,65 +163,60 @@ class App:
     def abort_stop(self, reason: str) -> None:
         """Stop waiting for the final commit (e.g. a second SIGTERM); the close goes on."""
         self._stop.abort(reason)
+        if self.client is not None:
+            self.client.abort_close(reason)
+
+    async def publish(self, snapshot: Snapshot) -> Publication | None:
+        """The client's publish hook: serve ``snapshot``; say what it is served as."""
+        await self.publishing.publish(snapshot)
+        current = self.publishing.current
+        if current is None:
+            return None
+        ids = current.session_ids
+        return Publication(
+            current.serial.value, (ids.v0, ids.v1, ids.v2), current.snapshot.vrp_count
+        )
 
     async def run(self, *, task_status: TaskStatus[App] = anyio.TASK_STATUS_IGNORED) -> None:
         """Serve until `stop` (an orderly close, then return) or until cancelled (at once)."""
         if self.config.state_reader is not None:
             await self._run_reader(self.config.state_reader, task_status)
             return
+        client = self._client()
         async with AsyncExitStack() as stack:
-            if self.config.state is not None:
-                stack.push_async_callback(self.keeping.close)
-                await self.keeping.recover(
-                    self.config.state,
-                    self._client(),
-                    self.publishing.publish,
-                    self.publishing.avoid_session_ids,
-                    self.clock.monotonic,
-                )
-            client = await stack.enter_async_context(self._client())
+            # Entering opens, checks and recovers the state file (a refusal ends the start
+            # here, before any network) and prepares the sources.
+            await stack.enter_async_context(client)
+            keeping = client.keeping
+            header = None if keeping is None else keeping.recovered_header
+            if header is not None:
+                self.publishing.avoid_session_ids(header.session_ids)
             listeners = await stack.enter_async_context(anyio.create_task_group())
-            await listeners.start(self.server.serve)
-            if self.http is not None:
-                await listeners.start(self.http.serve)
-            following = Following(
-                client,
-                self.publishing,
-                self.keeping,
-                stop=self._stop,
-                client_run=self._client_run,
-                flush_timeout=self.config.flush_timeout,
-            )
             try:
                 async with anyio.create_task_group() as work:
-                    if self.persister is not None:
-                        await work.start(self.persister.run)
-                    await work.start(self._client_run.run, client.run, self.persister)
-                    work.start_soon(following.run, name="client snapshots")
+                    await work.start(client.run)  # the recovered state is served first
+                    await listeners.start(self.server.serve)
+                    if self.http is not None:
+                        await listeners.start(self.http.serve)
                     task_status.started(self)
                     await self._stop.wait()
-                    report = await following.close_in_order()
-                    work.cancel_scope.cancel()  # a commit in its thread ends before the close
+                    report = await client.close_report()
+                    work.cancel_scope.cancel()
             except Exception:  # the client's close failed: say so; the host gets the error
-                if self._client_run.failure is not None and self.persister is not None:
-                    held = self.keeping.handover.held(self.persister.persisted)
-                    await self._report(close_failed(self._client_run.failure, held))
+                failed = client.delivery.report
+                if failed is not None and client.delivery.failure is not None:
+                    self._report(failed)
                 raise
-            await self._report(report, wait=0.0)  # the flush deadline is over
+            self._report(report)
             listeners.cancel_scope.cancel()  # routers are told goodbye and the listeners close
 
-    async def _report(self, report: ShutdownReport, wait: float | None = None) -> None:
-        """Close the store, then log how the stop ended.
-
-        A call still running after ``wait`` s is interrupted and rolls back; the close returns
-        once the worker thread ended.
-        """
-        await self.keeping.close(wait)  # idempotent: the exit stack closes it again
-        self.shutdown = replace(report, close_error=self.persistence_close_error)
-        self.shutdown.log(log)
+    def _report(self, report: ShutdownReport) -> None:
+        """Log how the stop ended."""
+        self.shutdown = report
+        report.log(log)
 
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
-        backend = self.keeping.open_reader(location)
+        backend = self.reader_backend = location.make_backend(read_only=True, wall=self.clock.wall)
         slurm = SlurmFiles(self.config.slurm, poll_interval=self.config.poll_interval)
         follower = StateFollower(
             backend,
@@ -243,7 +237,7 @@ class App:
             # A follower persists nothing.
             self.shutdown = ShutdownReport(persisted=None, message="")
         finally:
-            await self.keeping.close()
+            self._reader_close_error = await close_store(backend, self._reader_close_error)
 
     async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
         await self._stop.wait()

@@ -80,6 +80,8 @@ class AppConfig:
             max_aspa_providers=self.max_aspa_providers,
             slurm=self.slurm,
             reference_time=self.reference_time,
+            state=self.state,
+            flush_timeout=self.flush_timeout,
         )
 
 

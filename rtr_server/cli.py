@@ -30,7 +30,7 @@ from rtr_server.cli_args import build_check_config_parser, build_parser
 from rtr_server.cli_config import check_config, load_process_config
 from rtr_server.logs import configure
 from rtr_server.reload import ProcessConfig, Reloader
-from rtr_server.shutdown import ShutdownReport
+from upstream.closing import ShutdownReport
 from upstream.source import SourceSetupError
 
 log = logging.getLogger("rtr_server")

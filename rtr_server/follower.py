@@ -44,11 +44,11 @@ from anyio.abc import TaskStatus
 from persistence.backend import PersistenceBackend
 from persistence.errors import PersistenceError
 from persistence.state import StateId
-from rtr_server.recovery import ServedState, serve_at, served_state
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import EMPTY, Snapshot
 from upstream.clock import Clock
 from upstream.config import ClientConfig
+from upstream.recovery import ServedState, serve_at, served_state
 from upstream.timekeeper import Pinned, TimeKeeper
 
 __all__ = ["DEFAULT_CLOCK_TOLERANCE", "FollowerStatus", "StateFollower"]

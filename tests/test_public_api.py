@@ -23,6 +23,8 @@ EXPECTED = {
         "ClientSnapshot",
         "PayloadKind",
         "SourceSetupError",
+        "Publication",
+        "ShutdownReport",
     },
     "persistence": {
         "PersistenceBackend",

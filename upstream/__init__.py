@@ -2,7 +2,10 @@
 
 The public face of the upstream half is what this package exports: `Client` and its
 configuration (`ClientConfig`, `SourceConfig`, `GroupConfig`), its snapshots, status and
-events, and the error entering it raises for a source that can never work (`SourceSetupError`).
+events, and the error entering it raises for a source that can never work (`SourceSetupError`);
+with `ClientConfig.state` the client owns its state file (recovered on entering, committed as it
+goes, `Client.flush`, the bounded final commit of `Client.close_report` and its `ShutdownReport`),
+and a host may take every committed snapshot through a ``publish`` hook (`Publication`).
 Time has no public API (the client samples UTC and monotonic time itself;
 `ClientConfig.reference_time` freezes UTC for an offline evaluation). Everything in the
 submodules that is not exported here is internal. ::
@@ -28,6 +31,7 @@ from upstream.client import (
     Watch,
     WatchClosed,
 )
+from upstream.closing import Publication, ShutdownReport
 from upstream.config import ClientConfig, GroupConfig, SourceConfig
 from upstream.events import EventId, SnapshotId, SourceChange
 from upstream.source import SourceSetupError
@@ -42,7 +46,9 @@ __all__ = [
     "EventId",
     "GroupConfig",
     "PayloadKind",
+    "Publication",
     "ResyncRequiredError",
+    "ShutdownReport",
     "SnapshotEvent",
     "SnapshotExpiredError",
     "SnapshotId",

@@ -9,10 +9,15 @@ Lifecycle: created → open → running → closing → closed::
             with client.watch() as events:
                 async for event in events: ...
 
-Entering binds the client to the current event loop and thread (any other refuses it) and
+Entering binds the client to the current event loop and thread (any other refuses it),
 prepares the sources (a CA file is read in a worker thread; one that can never work raises
-`SourceSetupError` before any network activity). `run` may be started once, in a task group the
-caller owns; there is no ``anyio.run`` inside.
+`SourceSetupError` before any network activity) and, with `ClientConfig.state`, opens its
+state file (owner lock, schema check) and recovers it (`upstream.state_keeping`): a refusal
+raises with the file untouched and the client CREATED. Every snapshot the client commits then
+goes to the host's ``publish`` hook and to the state file (`upstream.delivery`), fed by the same
+commit record as the watches; `flush` waits for a commit and returns its receipt, and the close
+(`aclose`, `close_report`; `upstream.client_closing`) makes the bounded final commit. `run` may
+be started once, in a task group the caller owns; there is no ``anyio.run`` inside.
 `aclose` is idempotent: it stops the sources, lets the aggregator publish a withdrawal that was
 already decided (no events are sent for it; `get_snapshot` has it), and waits at most
 ``cleanup_timeout``; if work is still busy (e.g. a parse in a worker thread) it says so in
@@ -42,11 +47,21 @@ from anyio.abc import TaskGroup, TaskStatus
 
 from snapshot.kinds import PayloadKind
 from snapshot.queries import SnapshotExpiredError
-from upstream.aggregate import Aggregator, Build, Group, Recovered
+from upstream.aggregate import Aggregator, Build, Recovered
+from upstream.client_closing import ClientClosing
 from upstream.client_events import EventHub
-from upstream.client_setup import check_home, cleanup_pending, loop_identity, prepare_sources
+from upstream.client_setup import (
+    RecoveryTarget,
+    check_home,
+    cleanup_pending,
+    groups_of,
+    loop_identity,
+    make_sources,
+    prepare_sources,
+)
 from upstream.clock import Clock, FixedWallClock, SystemClock
-from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.config import ClientConfig, SourceConfig
+from upstream.delivery import Delivery, PublishHook
 from upstream.event_diff import (
     EVERYTHING,
     OFF_LOOP_RECORDS,
@@ -67,6 +82,7 @@ from upstream.events import (
 )
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
+from upstream.state_keeping import StateKeeping
 from upstream.timekeeper import TimeKeeper
 
 __all__ = [
@@ -85,25 +101,30 @@ __all__ = [
 
 log = logging.getLogger(__name__)
 
+CLOSED_WHILE_OPENING = "the client was closed while it was being opened"
 
-class Client:
+
+class Client(ClientClosing):
     """Runs sources in groups and keeps the current snapshot; see the module docstring."""
 
     def __init__(
         self,
         config: ClientConfig,
         *,
+        publish: PublishHook | None = None,
         recovered: Mapping[str, Recovered] | None = None,
         _clock: Clock | None = None,
     ) -> None:
         """Configure only: no file or socket is touched before the client is entered.
 
-        Entering reads the sources' trust stores; nothing runs before `run`. ``recovered``
-        seeds sources of this configuration with payloads restored from persisted state (by
-        source name); a name not configured is an error. Time is sampled from the system's
-        UTC and monotonic clocks (frozen at `ClientConfig.reference_time` for an offline
-        evaluation); ``_clock`` is the internal hook through which tests and the server's own
-        parts share other samplers, not an API.
+        Entering reads the sources' trust stores and opens and recovers `ClientConfig.state`;
+        nothing runs before `run`. ``publish``, the host's hook, is handed every snapshot the
+        client commits (latest first, see `upstream.delivery`) before its state is committed;
+        it returns what the snapshot is served as. ``recovered`` seeds sources with payloads
+        restored elsewhere (by name; a name not configured is an error). Time is sampled from
+        the system's UTC and monotonic clocks (frozen at `ClientConfig.reference_time` for an
+        offline evaluation); ``_clock`` is the internal hook through which tests and the
+        server's own parts share other samplers, not an API.
         """
         self.config = config
         #: The effective time every judgement of this client uses (never moves back).
@@ -126,7 +147,9 @@ class Client:
         self.events = EventHub(self.epoch, self._wake)
         #: The event loop and thread the client was entered in (`_check_home`).
         self._home: tuple[object, int] | None = None
-        self._entering = False
+        #: The preparation of `__aenter__` while it runs (a concurrent close cancels it).
+        self._entering: anyio.CancelScope | None = None
+        self._prepared: anyio.Event | None = None
         #: When `aclose` began (the keeper's monotonic clock); None before.
         self._close_started: float | None = None
         #: The SLURM files and the policy in force (kept across `apply_config`).
@@ -134,41 +157,78 @@ class Client:
             config.slurm, poll_interval=config.poll_interval, on_change=self._slurm_changed
         )
         self._sources: dict[str, tuple[SourceConfig, Source]] = {}
-        self._sources = self._make_sources(config)
+        self._sources = make_sources(config, self._sources, self.keeper)
         self._aggregator = Aggregator(
             [],
             self._on_build,
             keeper=self.keeper,
-            groups=self._groups(config),
+            groups=groups_of(config, self._sources),
             slurm_policy=lambda: self.slurm.policy,
         )
         self._aggregator.on_status = self._on_status
+        #: The state file (`ClientConfig.state`): open, recover, commit, close; None: memory.
+        self.keeping = (
+            None if config.state is None else StateKeeping(config.state, _clock.wall, config.limits)
+        )
+        #: Committed snapshots to the host and the state file; the bounded final commit.
+        self.delivery = Delivery(
+            publish, self.keeping, self.keeper, flush_timeout=config.flush_timeout
+        )
+        self._persistence_ended: anyio.Event | None = None
         for name, payload in (recovered or {}).items():
             self.seed(name, payload)
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Self:
-        """Bind the client to this event loop and thread and prepare its sources.
+        """Bind the client to this loop and thread, prepare its sources, open its state file.
 
-        Their trust stores are read in a worker thread; a source that can never work raises
-        `SourceSetupError` (a `ValueError`) and leaves the client CREATED. Entering again,
-        also while this runs, is refused.
+        Trust stores are read in a worker thread; a source that can never work raises
+        `SourceSetupError` (a `ValueError`), a state file that cannot be owned a
+        `persistence.PersistenceError`; either leaves the client CREATED. Entering again, also
+        while this runs, is refused; a concurrent `aclose` cancels the preparation, waits for
+        it to end (a thread it runs is never abandoned) and this raises `RuntimeError`.
         """
-        if self.state is not ClientState.CREATED or self._entering:
-            what = "being opened" if self._entering else self.state.value
+        if self.state is not ClientState.CREATED or self._entering is not None:
+            what = "being opened" if self._entering is not None else self.state.value
             raise RuntimeError(f"cannot open a client that is {what}")
-        self._entering = True
+        self._entering = entering = anyio.CancelScope()
+        self._prepared = prepared = anyio.Event()
         self._home = loop_identity()
         try:
-            await prepare_sources(source for _, source in self._sources.values())
-        except BaseException:
+            with entering:
+                await prepare_sources(source for _, source in self._sources.values())
+                if self.keeping is not None:  # lock, schema, read, checks, seeds
+                    target = RecoveryTarget(
+                        self.config.clock_tolerance,
+                        self.sources,
+                        self.slurm,
+                        self.keeper,
+                        self.seed,
+                    )
+                    await self.keeping.open(target, self.keeper.monotonic)
+        except Exception as exc:
+            if self._closed_meanwhile():  # e.g. the thread's own error once it returned
+                raise RuntimeError(CLOSED_WHILE_OPENING) from exc
             self._home = None
             raise
+        except BaseException:
+            if not self._closed_meanwhile():
+                self._home = None
+            raise
         finally:
-            self._entering = False
+            self._entering = None
+            if self._closed_meanwhile() and self.keeping is not None:
+                await self.keeping.close()  # nothing stays open (shielded)
+            prepared.set()
+        if self._closed_meanwhile():
+            raise RuntimeError(CLOSED_WHILE_OPENING)
         self.state = ClientState.OPEN
         self._changed = anyio.Event()
         return self
+
+    def _closed_meanwhile(self) -> bool:
+        """A concurrent `aclose` began while `__aenter__` prepared."""
+        return self.state is ClientState.CLOSING
 
     async def __aexit__(
         self,
@@ -187,15 +247,22 @@ class Client:
             )
         self.state = ClientState.RUNNING
         self._done = anyio.Event()
+        self._persistence_ended = ended = anyio.Event()
+        keeping = self.keeping
+        persister = None if keeping is None else keeping.persister
         try:
-            with anyio.CancelScope() as scope:
-                self._scope = scope
-                async with anyio.create_task_group() as tg:
-                    self._tg = tg
-                    tg.start_soon(self.slurm.run, name="SLURM files")
-                    await self._start_aggregator()
-                    task_status.started()
-                    await anyio.sleep_forever()
+            async with anyio.create_task_group() as persisting:  # outlives the sources
+                if persister is not None:
+                    await persisting.start(persister.run)
+                try:
+                    await self._run_sources(task_status)
+                except Exception as exc:
+                    if self.state is ClientState.CLOSING:
+                        self.delivery.failed(exc)  # the final build failed: stop commits now
+                    raise
+                if persister is not None:
+                    await ended.wait()  # the close's final commit (or the run cancelled)
+                persisting.cancel_scope.cancel()
         finally:
             self._tg = None
             self._done.set()
@@ -204,92 +271,30 @@ class Client:
             ):
                 self._finish_close()
 
-    async def aclose(self) -> None:
-        """Stop everything; safe to call more than once.
-
-        The sources stop first; a withdrawal decided before their tasks ended (also one a
-        source reports while it stops) is built and becomes the current snapshot (without
-        events). A build of such a withdrawal is waited for past ``cleanup_timeout`` (then
-        ``cleanup_overdue`` is reported); a source task still busy then (a parse in a worker
-        thread) is not: the client stays CLOSING with ``cleanup_overdue`` set, and
-        `wait_final_view` tells when the last view is complete.
-        """
-        self._check_home()
-        if self.state in (ClientState.CREATED, ClientState.OPEN):
-            self._finish_close()
-            return
-        if self.state is ClientState.CLOSED or (
-            self.state is ClientState.CLOSING and self.cleanup_overdue
-        ):
-            return
-        self.state = ClientState.CLOSING
+    async def _run_sources(self, task_status: TaskStatus[None]) -> None:
         assert self._done is not None
-        started = anyio.current_time()
-        self._close_started = self.keeper.monotonic()
-        agg = self._aggregator
-        agg.close()
-        with anyio.move_on_after(self.config.cleanup_timeout) as first:
-            await agg.final_round.wait()
-        if first.cancelled_caught:
-            self.cleanup_overdue = True
-            if agg.cleanup_pending:
-                # A decided withdrawal is necessary cleanup: it is never dropped for being
-                # slow. Stay CLOSING and keep waiting (a caller bounds the whole stop, e.g.
-                # rtr-serve's --flush-timeout, by cancelling this wait).
-                log.warning(
-                    "client close: the last build (a decided withdrawal) still runs after "
-                    "%.1f s; waiting for it",
-                    self.config.cleanup_timeout,
-                )
-                while agg.cleanup_pending:
-                    await agg.closing_round()
-        if not agg.final_round.is_set():
-            # The aggregator goes on (a revocation those tasks report is still built) and the
-            # client's tasks end after its last round (see `_start_aggregator`).
-            log.warning(
-                "client close: still busy after %.1f s: source task(s) %s (e.g. a parse in a "
-                "worker thread); the client stays closing until they end",
-                anyio.current_time() - started,
-                ", ".join(agg.still_running()) or "-",
-            )
-            return
-        left = max(0.0, self.config.cleanup_timeout - (anyio.current_time() - started))
-        with anyio.move_on_after(left) as waited:
-            self._scope_cancel()
-            await self._done.wait()
-        if waited.cancelled_caught:
-            self._scope_cancel()
-            self.cleanup_overdue = True
-            log.warning(
-                "client close: still busy after %.1f s, waiting for: %s (e.g. a parse in a "
-                "worker thread); it stops when that returns",
-                anyio.current_time() - started,
-                ", ".join(self._cleanup_pending()) or "-",
-            )
-            return
-        self._finish_close()
-
-    async def wait_final_view(self) -> None:
-        """Wait until closing has ended every source task and built what they decided."""
-        await self._aggregator.final_round.wait()
+        recovered = (
+            None
+            if self.keeping is None or self.keeping.recovery is None
+            else (self.keeping.recovery.snapshot)
+        )
+        try:
+            with anyio.CancelScope() as scope:
+                self._scope = scope
+                async with anyio.create_task_group() as tg:
+                    self._tg = tg
+                    if self.delivery.active:  # the recovered state is served first
+                        await tg.start(self.delivery.run, self.get_snapshot, recovered)
+                    tg.start_soon(self.slurm.run, name="SLURM files")
+                    await self._start_aggregator()
+                    task_status.started()
+                    await anyio.sleep_forever()
+        finally:
+            self._done.set()
 
     def _check_home(self) -> None:
         """Refuse use from another event loop or thread than the one it was entered in."""
         check_home(self._home)
-
-    def _scope_cancel(self) -> None:
-        if self._scope is not None:
-            self._scope.cancel()
-
-    def _finish_close(self) -> None:
-        self.state = ClientState.CLOSED
-        self.events.end()  # a normal end (a gap before it still raises ResyncRequiredError)
-
-    # ------------------------------------------------------------------ queries
-    @property
-    def final_view_committed(self) -> bool:
-        """True once closing has ended every source task and built what they decided."""
-        return self._aggregator.final_round.is_set()
 
     @property
     def sources(self) -> tuple[Source, ...]:
@@ -302,7 +307,8 @@ class Client:
 
     def get_status(self) -> ClientStatus:
         """Where the client and each source stand now."""
-        agg = self._aggregator
+        agg, keeping = self._aggregator, self.keeping
+        persister = None if keeping is None else keeping.persister
         return ClientStatus(
             state=self.state,
             epoch=self.epoch,
@@ -322,6 +328,9 @@ class Client:
                 if self._close_started is None or self.state is not ClientState.CLOSING
                 else self.keeper.monotonic() - self._close_started
             ),
+            persistence=None if persister is None else persister.status,
+            persistence_close_error=None if keeping is None else keeping.close_error,
+            persisted_revision=None if keeping is None else keeping.persisted_revision,
         )
 
     def _cleanup_pending(self) -> tuple[str, ...]:
@@ -387,12 +396,14 @@ class Client:
         self._check_home()
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             raise RuntimeError("the client is closing")
+        if config.state != self.config.state:
+            raise ValueError("state: the state file cannot change while the client runs")
         # Build and prepare first: a source that cannot be made or prepared (e.g. an
         # unreadable CA file) raises here, before anything changed, so a refused
         # configuration leaves the client as it was.
         while True:
             base = self._sources
-            sources = self._make_sources(config)
+            sources = make_sources(config, self._sources, self.keeper)
             if self.state is not ClientState.CREATED:
                 await prepare_sources(s for _, s in sources.values() if s not in self.sources)
             if config.revision <= self.config.revision:
@@ -401,31 +412,18 @@ class Client:
                 raise RuntimeError("the client is closing")
             if self._sources is base:
                 break  # else another revision was applied while this one prepared: redo
+        if self.keeping is not None and config.limits != self.keeping.limits:
+            await self.keeping.set_limits(config.limits)  # the next transaction's budget
         self._sources = sources
         self.config = config
         self.keeper.tolerance = config.clock_tolerance
         self.slurm.poll_interval = config.poll_interval
         self.slurm.set_paths(config.slurm)
-        self._aggregator.reconfigure(self._groups(config))
+        self._aggregator.reconfigure(groups_of(config, self._sources))
         log.info("configuration revision %d applied", config.revision)
         return config.revision
 
     # ------------------------------------------------------------------ internals
-    def _make_sources(self, config: ClientConfig) -> dict[str, tuple[SourceConfig, Source]]:
-        sources: dict[str, tuple[SourceConfig, Source]] = {}
-        for entry in config.sources:
-            old = self._sources.get(entry.name)
-            if old is not None and old[0] == entry:
-                sources[entry.name] = old
-            else:
-                sources[entry.name] = (entry, make_source(entry, config, self.keeper))
-        return sources
-
-    def _groups(self, config: ClientConfig) -> list[Group]:
-        return [
-            Group(g, tuple(s for c, s in self._sources.values() if c.group == g.name))
-            for g in config.effective_groups()
-        ]
 
     def seed(self, name: str, recovered: Recovered) -> None:
         """Give source ``name`` a payload restored from persisted state; only before `run`."""
@@ -481,6 +479,7 @@ class Client:
             policy_id=self.config.policy_id(build.slurm_id),
         )
         self._current = current
+        self.delivery.committed()  # the same step: the host and the state file get it
         if self.state is ClientState.CLOSING:
             return  # the view is committed; no events once closing began
         self.events.snapshot(before, current, changes)

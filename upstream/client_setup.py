@@ -1,21 +1,61 @@
 """How a `Client` is bound, prepared and closed: its loop, its sources' set-up, what is held.
 
 Binding and preparing happen on entering the client (`Preparable.prepare` reads, e.g., a CA
-file); `cleanup_pending` names what a close in progress still waits for.
+file); `RecoveryTarget` is what the client's state file recovers into (its sources, SLURM
+policy and clock); `cleanup_pending` names what a close in progress still waits for.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import anyio
 import anyio.lowlevel
 
-from upstream.aggregate import Aggregator
+from snapshot.slurm import SlurmPolicy
+from upstream.aggregate import Aggregator, Group
+from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.recovery import SourceIdentity
+from upstream.slurm_files import SlurmFiles
 from upstream.source import Preparable, Source
+from upstream.source_entry import Recovered
+from upstream.timekeeper import TimeKeeper
 
-__all__ = ["check_home", "cleanup_pending", "loop_identity", "prepare_sources"]
+__all__ = [
+    "RecoveryTarget",
+    "check_home",
+    "cleanup_pending",
+    "groups_of",
+    "loop_identity",
+    "make_sources",
+    "prepare_sources",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryTarget:
+    """A client as its state file's recovery sees it (`state_keeping.Seedable`)."""
+
+    clock_tolerance: float
+    sources: Sequence[Source]
+    slurm: SlurmFiles
+    keeper: TimeKeeper
+    seed: Callable[[str, Recovered], None]
+
+    def configured(self) -> Sequence[SourceIdentity]:
+        """The configured sources' identities (name, kind, location)."""
+        return [SourceIdentity(s.name, s.status.kind, s.status.location) for s in self.sources]
+
+    async def policy(self) -> SlurmPolicy | None:
+        """The policy every published snapshot gets (the files read once, off the loop)."""
+        await self.slurm.check()
+        return self.slurm.policy
+
+    def observe(self, wall: float) -> None:
+        """A UTC time the state shows was reached: the effective time never goes below it."""
+        self.keeper.observe(wall)
 
 
 def loop_identity(*, required: bool = True) -> tuple[object, int] | None:
@@ -56,3 +96,29 @@ def cleanup_pending(aggregator: Aggregator, done: anyio.Event | None) -> tuple[s
     if done is not None and not done.is_set():
         held.append("client tasks")
     return tuple(held)
+
+
+def groups_of(
+    config: ClientConfig, sources: Mapping[str, tuple[SourceConfig, Source]]
+) -> list[Group]:
+    """The configured groups in priority order, each with its sources."""
+    return [
+        Group(g, tuple(s for c, s in sources.values() if c.group == g.name))
+        for g in config.effective_groups()
+    ]
+
+
+def make_sources(
+    config: ClientConfig,
+    current: Mapping[str, tuple[SourceConfig, Source]],
+    keeper: TimeKeeper,
+) -> dict[str, tuple[SourceConfig, Source]]:
+    """The sources of ``config``: those configured as in ``current`` are kept (with their data)."""
+    sources: dict[str, tuple[SourceConfig, Source]] = {}
+    for entry in config.sources:
+        old = current.get(entry.name)
+        if old is not None and old[0] == entry:
+            sources[entry.name] = old
+        else:
+            sources[entry.name] = (entry, make_source(entry, config, keeper))
+    return sources

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from persistence.limits import Limits
+from persistence.location import StateLocation
 from snapshot.kinds import PayloadKind
 from upstream.file_source import FileSource
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
@@ -96,6 +98,15 @@ class ClientConfig:
     #: Unix seconds: judge every ``expires`` at this fixed UTC time (an offline evaluation,
     #: whose results are never trusted online); None: the system clock.
     reference_time: float | None = None
+    #: The client's own state file (opened, checked and recovered on entering the client;
+    #: every delivered snapshot committed to it; closed by `Client.aclose`); None: memory only.
+    state: StateLocation | None = None
+    #: How long `Client.aclose` may take for the final commit (the sources' stop and a decided
+    #: withdrawal count in it); past it the close says what was not persisted.
+    flush_timeout: float = 30.0
+    #: What a read of the state file may build (sources, supports, bytes); None: `Limits()`.
+    #: A changed value (`Client.apply_config`) applies from the backend's next transaction.
+    limits: Limits | None = None
 
     def __post_init__(self) -> None:
         if not self.sources:
@@ -116,6 +127,8 @@ class ClientConfig:
                 raise ValueError(f"sources[{i}].url: {exc}") from None
         if not self.required:
             raise ValueError("required: name at least one payload kind")
+        if not self.flush_timeout > 0:
+            raise ValueError("flush_timeout must be positive")
         for i, path in enumerate(self.slurm):
             if not path:
                 raise ValueError(f"slurm[{i}]: empty path")

@@ -15,6 +15,7 @@ from typing import NamedTuple, Self
 
 import anyio
 
+from persistence.persister import PersisterStatus
 from snapshot.delta import AspaChange
 from snapshot.kinds import PayloadKind
 from snapshot.lifecycle import Lifecycle
@@ -121,6 +122,14 @@ class ClientStatus:
     cleanup_pending: tuple[str, ...] = ()
     #: While closing: seconds since `Client.aclose` began (monotonic); None otherwise.
     cleanup_elapsed: float | None = None
+    #: The state file's persistence worker as sampled now (`ClientConfig.state`; None
+    #: without one): commits, the last receipt's state, the last error, the backlog.
+    persistence: PersisterStatus | None = None
+    #: Why closing the state file failed (kept: the next `Client.aclose` retries it).
+    persistence_close_error: str | None = None
+    #: The configuration revision the state file holds (confirmed commits; ``revision`` is the
+    #: one in force); None: no state file, or nothing stored yet.
+    persisted_revision: int | None = None
 
 
 class SnapshotId(NamedTuple):

@@ -184,12 +184,15 @@ class _Persister:
     status: _PersisterStatus
 
 
-async def test_persistence_metrics_appear_only_with_a_persister(export_path: Path) -> None:
+async def test_persistence_metrics_appear_only_with_a_persister(
+    export_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     async with running_http_app(http_app_config(export_path)) as run:
         m = await run.metrics()
         assert not [n for n in m.samples if n.startswith("rtr_persistence")]
-        # setattr: the app's state keeping holds the persister (a stand-in here).
-        setattr(run.app.keeping, "persister", _Persister(_PersisterStatus()))  # noqa: B010
+        # A stand-in for the persister that a client's state file would hold.
+        stand_in = _Persister(_PersisterStatus())
+        monkeypatch.setattr(type(run.app), "persister", property(lambda _: stand_in))
         m = await run.metrics()
         info = m.get(
             "rtr_persistence_info",

@@ -38,3 +38,27 @@ async def test_status_and_metrics_show_the_last_persisted_state(tmp_path: Path) 
         assert metrics.get("rtr_persistence_failures_total") == 0
         info = metrics.samples["rtr_persistence_info"][0][0]
         assert info["last_persisted_id"] == persister.status.last_persisted_id
+
+
+async def test_a_duckdb_state_is_read_through_the_service(tmp_path: Path) -> None:
+    """P-81: DuckDB has one owner and no second reader; others read its data through the
+    service. The owner recovers the file with its source gone and serves it on /json."""
+    source = tmp_path / "export.json"
+    write_export(source, base_export())
+    state = StateLocation("duckdb", tmp_path / "state.duckdb")
+    config = dataclasses.replace(http_app_config(source), state=state)
+    async with running_http_app(config) as running:
+        persister = running.app.persister
+        assert persister is not None
+        with anyio.fail_after(TIMEOUT):
+            await persister.flush()
+        served = (await running.get("/json")).json()["roas"]
+    source.unlink()  # only the DuckDB file holds the data now
+    async with running_http_app(config) as running:
+        recovery = running.app.recovery
+        assert recovery is not None
+        assert recovery.snapshot is not None
+        document = (await running.get("/json")).json()
+        assert document["roas"] == served
+        assert len(served) == recovery.snapshot.vrp_count > 0
+        assert (await running.get("/status")).json()["persistence"]["backend"] == "duckdb"

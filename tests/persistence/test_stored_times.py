@@ -21,10 +21,10 @@ import pytest
 from persistence.errors import CorruptStateError
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistedState, StateId, evaluated_digest
-from rtr_server.recovery import SourceIdentity, plan_recovery
 from tests.clock import FakeClock
 from tests.persistence.helpers import KINDS, START, opened, raw, wall_us
 from tests.persistence.states import US, assert_same_state, make_state, realistic_sources
+from upstream.recovery import SourceIdentity, plan_recovery
 
 pytestmark = pytest.mark.anyio
 

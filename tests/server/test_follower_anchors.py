@@ -18,7 +18,6 @@ import anyio
 import pytest
 
 from persistence.state import NEVER, US_PER_SECOND, PersistedState, SourceRecord, StateId
-from rtr_server.recovery import ServedSource, ServedState, build_state, serve_at, to_payload
 from snapshot.kinds import PayloadKind
 from snapshot.model import Aspa, pack_v4
 from tests.clock import FakeClock
@@ -36,6 +35,7 @@ from tests.server.test_follower_time import (
 )
 from upstream.merge import SourceInput
 from upstream.payload import SourcePayload
+from upstream.recovery import ServedSource, ServedState, build_state, serve_at, to_payload
 from upstream.timekeeper import TimeKeeper
 
 pytestmark = pytest.mark.anyio

@@ -5,10 +5,10 @@ from __future__ import annotations
 from array import array
 
 from persistence.state import NEVER, PersistedState, SourceRecord, StateHeader, StateId
-from rtr_server.recovery import SourceIdentity, plan_recovery
 from snapshot.model import pack_v4
 from tests.clock import FakeClock
 from tests.upstream.scripted_source import ScriptedSource
+from upstream.recovery import SourceIdentity, plan_recovery
 from upstream.source_entry import SourceEntry
 from upstream.timekeeper import TimeKeeper
 

@@ -81,6 +81,42 @@ async def test_entering_again_while_the_first_entry_prepares_is_refused(
     assert client.state is ClientState.CREATED
 
 
+async def test_a_close_during_the_preparation_cancels_it_and_waits_for_its_thread(
+    tmp_path: Path,
+) -> None:
+    """L-04: the CA read blocks in its worker thread; a concurrent close cancels the entry,
+    stays CLOSING until that thread ended and only then reports CLOSED."""
+    fifo = tmp_path / "ca.pem"
+    os.mkfifo(fifo)
+    client = Client(http_config(fifo))
+    entered: list[BaseException] = []
+    closed = anyio.Event()
+
+    async def enter() -> None:
+        try:
+            await client.__aenter__()
+        except RuntimeError as exc:
+            entered.append(exc)
+
+    async def close() -> None:
+        await client.aclose()
+        closed.set()
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(enter)
+            await anyio.wait_all_tasks_blocked()
+            tg.start_soon(close)
+            await anyio.wait_all_tasks_blocked()
+            await anyio.sleep(0.2)
+            assert client.state is ClientState.CLOSING  # the thread still reads
+            assert not closed.is_set()
+            await anyio.to_thread.run_sync(fifo.write_text, "not a certificate\n")
+    assert closed.is_set()
+    assert client.state is ClientState.CLOSED
+    assert [str(e) for e in entered] == ["the client was closed while it was being opened"]
+
+
 async def test_apply_config_refuses_a_source_that_cannot_be_prepared(tmp_path: Path) -> None:
     path = tmp_path / "a.json"
     write_atomically(path, export(A))

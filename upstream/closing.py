@@ -7,11 +7,10 @@ state is offered (building it if its hand-over was cut short), waits until a dea
 commit, and says in one line what was and what was not persisted: a state is called persisted
 only on the persister's receipt.
 
-`ClientRun` runs the upstream client for the app: an exception out of it once the stop began (the
-final, revocation build failed) stops the persister at once (`Persister.stop`) and becomes the
-close result `persistence_failed` (phase ``close``, cause ``revocation_failed``; `close_failed`);
-the exception itself still goes to the host. `close_store` closes the store and logs, once, why
-that failed; such a secondary error never replaces the primary outcome.
+`close_failed` is the close result ``persistence_failed`` (phase ``close``, cause
+``revocation_failed``) of a final build that raised (`upstream.delivery.Delivery.failed`).
+`close_store` closes the store and logs, once, why that failed; such a secondary error never
+replaces the primary outcome.
 """
 
 from __future__ import annotations
@@ -23,18 +22,16 @@ from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 import anyio
-from anyio.abc import TaskStatus
 
 from persistence.backend import ThreadedBackend
-from persistence.errors import REVOCATION_FAILED, CloseFailedError
+from persistence.errors import CloseFailedError
 from persistence.persister import Persister, PersisterStoppedError
 from persistence.state import StateId
-from snapshot.publisher import PublishedState
 
 __all__ = [
-    "ClientRun",
     "Handover",
     "Offered",
+    "Publication",
     "ShutdownReport",
     "StopRequest",
     "close_failed",
@@ -46,6 +43,15 @@ __all__ = [
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class Publication:
+    """What a host served a snapshot as (stored with its state): serial, RTR session ids."""
+
+    serial: int
+    session_ids: tuple[int, int, int]
+    vrps: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,13 +188,13 @@ class Handover(Generic[T]):
         return self.taken is not self.offered
 
     def note(
-        self, snapshot: T, state_id: StateId, published: PublishedState, stored: StateId | None
+        self, snapshot: T, state_id: StateId, published: Publication, stored: StateId | None
     ) -> None:
-        """``snapshot`` was offered as ``state_id`` while routers get ``published``.
+        """``snapshot`` was offered as ``state_id`` while it is served as ``published``.
 
         ``stored`` is the state the store holds now (older offers are forgotten).
         """
-        offer = Offered(state_id, published.serial.value, published.snapshot.vrp_count)
+        offer = Offered(state_id, published.serial, published.vrps)
         self.offered = snapshot
         self.last = offer
         if stored is not None:
@@ -263,62 +269,6 @@ async def persist_last(
     return not_persisted(what, reason or stop.cut_short(flush_timeout), held)
 
 
-class ClientRun:
-    """Runs the app's upstream client; tells a failure of its close from a clean end."""
-
-    def __init__(self, stop: StopRequest) -> None:
-        """Nothing runs until `run`; no event loop is needed before."""
-        self._stop = stop
-        self._ended: anyio.Event | None = None
-        #: Why the close failed (an exception out of the client once the stop began).
-        self.failure: CloseFailedError | None = None
-
-    @property
-    def ended_cleanly(self) -> bool:
-        """The client's run returned (every task of it ended) without an error."""
-        return self._ended is not None and self._ended.is_set() and self.failure is None
-
-    async def wait_ended(self) -> None:
-        """Return once the client's run ended (call only after `run` started)."""
-        assert self._ended is not None
-        await self._ended.wait()
-
-    async def run(
-        self,
-        run: Callable[..., Awaitable[None]],
-        persister: Persister | None,
-        *,
-        task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
-    ) -> None:
-        """``await run(task_status=...)``; once the stop began, an exception stops ``persister``.
-
-        The persister is stopped as soon as the exception leaves the client (the app holds its
-        commits while closing, so none started since the build failed); the exception itself
-        propagates unchanged.
-        """
-        self._ended = anyio.Event()
-        try:
-            await run(task_status=task_status)
-        except Exception as exc:
-            if self._stop.requested():
-                leaf = _first_leaf(exc)
-                self.failure = CloseFailedError(
-                    f"the final build raised {type(leaf).__name__}: {leaf}",
-                    cause=REVOCATION_FAILED,
-                )
-                if persister is not None:
-                    persister.stop(self.failure)
-            raise
-        finally:
-            self._ended.set()
-
-
-def _first_leaf(exc: BaseException) -> BaseException:
-    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
-        exc = exc.exceptions[0]
-    return exc
-
-
 async def close_store(
     backend: ThreadedBackend, known: str | None, wait: float | None = None
 ) -> str | None:
@@ -333,7 +283,9 @@ async def close_store(
         log.warning("persistence worker thread still busy at close")
         return known
     error = backend.close_error
-    if error is None or known is not None:
+    if error is None:
+        return None  # closed (a retry of a failed close that succeeded too)
+    if known is not None:
         return known
     text = f"{type(error).__name__}: {error}"
     log.error(

@@ -104,8 +104,11 @@ def build_state(
     inputs: Iterable[SourceInput],
     observed_wall: float = 0.0,
     evaluated_wall: float = 0.0,
+    recovered_from: StateId | None = None,
 ) -> PersistedState:
     """The complete state to commit after a publish.
+
+    ``recovered_from`` is the stored state this process recovered from (P-54), if any.
 
     ``published_wall``, ``observed_wall`` and ``evaluated_wall`` (the time the build judged the
     sources at, each source's ``evaluated_at``) are effective times (the process's lower bound
@@ -123,6 +126,7 @@ def build_state(
         package_version=package_version,
         sources=tuple(to_record(s, evaluated_wall) for s in inputs),
         observed_at=seconds_to_us(observed_wall),
+        recovered_from=recovered_from,
     )
 
 

@@ -1,0 +1,241 @@
+"""`StateKeeping`: the client's own state file (`ClientConfig.state`): open, recover, commit, close.
+
+`Client.__aenter__` runs `open` in this order: owner lock and schema check
+(`ThreadedBackend.open`; a refusal ends the start with the file untouched and the store closed),
+read with digest checks (a damaged state is not served and the first commit replaces it), time
+check and rebuild (`recovery.plan_recovery`): the sources are seeded and the recovered snapshot
+is kept for the host to publish before any network. Afterwards every snapshot the client
+delivers is converted (in a worker thread) and offered to the `Persister` under the next
+`StateId` of this process's epoch, and `Handover` notes what was offered; `close` closes the
+store and keeps why that failed, so that a later `close` retries it.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+from importlib import metadata
+from typing import Protocol
+
+import anyio
+
+from persistence.backend import ThreadedBackend
+from persistence.errors import DamagedStateError
+from persistence.limits import Limits
+from persistence.location import StateLocation
+from persistence.persister import Persister
+from persistence.state import StateHeader, StateId
+from snapshot.slurm import SlurmPolicy
+from upstream.closing import Handover, Publication, close_store
+from upstream.events import ClientSnapshot
+from upstream.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
+from upstream.source_entry import Recovered
+
+__all__ = ["PACKAGE_VERSION", "Seedable", "StateKeeping"]
+
+log = logging.getLogger(__name__)
+
+
+def _package_version() -> str:
+    try:
+        return metadata.version("rtr-serve")
+    except metadata.PackageNotFoundError:  # run from a checkout that was never installed
+        return "0+unknown"
+
+
+#: The version stored with every state (``package_version``).
+PACKAGE_VERSION = _package_version()
+
+
+class Seedable(Protocol):
+    """What recovery needs of the client it recovers into (narrow: no import of the client)."""
+
+    @property
+    def clock_tolerance(self) -> float:
+        """Wall-clock drift tolerated before a state's time is distrusted."""
+        ...
+
+    def configured(self) -> Sequence[SourceIdentity]:
+        """The configured sources' identities."""
+        ...
+
+    async def policy(self) -> SlurmPolicy | None:
+        """The SLURM policy every published snapshot gets (the files read once)."""
+        ...
+
+    def observe(self, wall: float) -> None:
+        """A UTC time the state shows was reached (the effective time never goes below it)."""
+        ...
+
+    def seed(self, name: str, recovered: Recovered) -> None:
+        """Give source ``name`` a payload restored from the state."""
+        ...
+
+
+class Keeper(Protocol):
+    """The client's effective UTC clock (never moving back)."""
+
+    def now(self) -> float:
+        """The effective UTC time."""
+        ...
+
+
+class StateKeeping:
+    """The backend, persister and state ids of one client's state file."""
+
+    def __init__(
+        self, location: StateLocation, wall: Callable[[], float], limits: Limits | None = None
+    ) -> None:
+        """Hold no store yet (`open` opens one, bounded by ``limits``)."""
+        self.location = location
+        self.wall = wall
+        self.limits = limits
+        #: The persistence backend (owned: closed by `close`); None before `open`.
+        self.backend: ThreadedBackend | None = None
+        self.persister: Persister | None = None
+        #: What the start-up recovered (None before `open` or when the file was empty).
+        self.recovery: RecoveryPlan | None = None
+        #: The header of the state recovered from (None: none was).
+        self.recovered_header: StateHeader | None = None
+        #: The configuration revision the file held when it was opened (None: no state).
+        self.stored_revision: int | None = None
+        #: Why closing the store failed (also in /status); None: it closed, or not yet.
+        self.close_error: str | None = None
+        #: What the client delivered last and what it handed to the persister.
+        self.handover: Handover[ClientSnapshot] = Handover()
+        self._epoch = 0
+        self._generation = 0
+
+    async def open(self, client: Seedable, monotonic: Callable[[], float]) -> None:
+        """Open the store (lock, schema), read and check it, seed ``client``.
+
+        On any failure the store is closed again before the error propagates (the file is
+        left as it was); a refusal (another owner, an unknown schema) raises here.
+        """
+        location = self.location
+        backend = self.backend = location.make_backend(wall=self.wall, limits=self.limits)
+        try:
+            await backend.open()
+            await self._recover(backend, client, monotonic)
+        except BaseException:
+            await self.close()
+            raise
+
+    async def _recover(
+        self, backend: ThreadedBackend, client: Seedable, monotonic: Callable[[], float]
+    ) -> None:
+        location = self.location
+        started = monotonic()
+        damaged = None
+        try:
+            stored = await backend.read_state()  # any other read failure ends the start too
+        except DamagedStateError as exc:
+            # Rows that fail a check in a sound file: not served; the first commit replaces them.
+            stored, damaged = None, await backend.read_header()
+            log.error(
+                "state %s holds a damaged state (%s): it is not used; starting from the network, "
+                "and the first commit replaces it",
+                location,
+                exc,
+            )
+        persisted: StateId | None = None
+        if stored is None:
+            if damaged is None:
+                log.info("state %s is empty: starting from the network", location)
+            persisted = None if damaged is None else damaged.state_id
+            self._epoch = 1 if damaged is None else damaged.state_id.epoch + 1
+        else:
+            header, state = stored
+            persisted = header.state_id
+            self.stored_revision = header.config_revision
+            self._epoch = header.state_id.epoch + 1
+            tolerance = client.clock_tolerance
+            configured = client.configured()
+            policy = await client.policy()
+            plan = await anyio.to_thread.run_sync(
+                lambda: plan_recovery(
+                    header,
+                    state,
+                    configured,
+                    wall=self.wall(),
+                    clock_tolerance=tolerance,
+                    policy=policy,
+                )
+            )
+            self.recovery = plan
+            if plan.trusted:
+                # A time the state shows was reached: the effective time never goes below it.
+                client.observe(header.written_at / 1e6)
+            for note in plan.notes:
+                log.info("recovery from %s: %s", location, note)
+            for name, recovered in plan.recovered.items():
+                client.seed(name, recovered)
+            if plan.snapshot is not None:
+                self.recovered_header = header
+                log.info(
+                    "recovered state %s (serial %d, written %s) in %.2f s: serving %d VRPs "
+                    "under a new session",
+                    header.state_id,
+                    header.serial,
+                    datetime.fromtimestamp(header.written_at / 1e6, UTC).isoformat(),
+                    monotonic() - started,
+                    plan.snapshot.vrp_count,
+                )
+        self.persister = Persister(
+            backend, path=str(location.path), persisted=persisted, wall=self.wall
+        )
+
+    async def offer(self, current: ClientSnapshot, published: Publication, keeper: Keeper) -> None:
+        """Offer ``current`` (delivered as ``published``) as the next state, and note it."""
+        assert self.persister is not None
+        assert self.backend is not None
+        self._generation += 1
+        state_id = StateId(self._epoch, self._generation)
+        # The values are taken now; only the conversion of the payloads runs in the thread.
+        state = await anyio.to_thread.run_sync(
+            functools.partial(
+                build_state,
+                store_id=self.backend.store_id or "",
+                state_id=state_id,
+                config_revision=current.config_revision,
+                serial=published.serial,
+                session_ids=published.session_ids,
+                published_wall=keeper.now(),
+                package_version=PACKAGE_VERSION,
+                inputs=current.inputs,
+                observed_wall=max(keeper.now(), current.evaluated_at),
+                evaluated_wall=current.evaluated_at,
+                recovered_from=(
+                    None if self.recovered_header is None else self.recovered_header.state_id
+                ),
+            )
+        )
+        self.persister.offer(state)
+        self.handover.note(current, state_id, published, self.persister.persisted)
+
+    async def set_limits(self, limits: Limits | None) -> None:
+        """New bounds for the store's reads, from its next transaction on (P-08)."""
+        self.limits = limits
+        if self.backend is not None and self.backend.is_open:
+            await self.backend.set_limits(Limits() if limits is None else limits)
+
+    async def close(self, wait: float | None = None) -> None:
+        """Close the store; a failed close is kept and the next call retries it.
+
+        A call still running after ``wait`` s is interrupted.
+        """
+        if self.backend is not None:
+            self.close_error = await close_store(self.backend, self.close_error, wait)
+
+    @property
+    def persisted_revision(self) -> int | None:
+        """The configuration revision of the state the file holds, as far as is confirmed."""
+        receipt = None if self.persister is None else self.persister.last_receipt
+        return self.stored_revision if receipt is None else receipt.config_revision
+
+    @property
+    def closed(self) -> bool:
+        """The store was closed (or never opened)."""
+        return self.backend is None or self.backend.closed
