@@ -166,6 +166,7 @@ class Client(ClientClosing):
             slurm_policy=lambda: self.slurm.policy,
         )
         self._aggregator.on_status = self._on_status
+        self._aggregator.prepare_snapshots = config.prepare_queries
         #: The state file (`ClientConfig.state`): open, recover, commit, close; None: memory.
         self.keeping = (
             None if config.state is None else StateKeeping(config.state, _clock.wall, config.limits)
@@ -449,7 +450,7 @@ class Client(ClientClosing):
         await self._tg.start(run_it)
 
     async def _on_build(self, build: Build) -> None:
-        before = self._current
+        before, config = self._current, self.config  # the revision it was built under
         changes: Changes = EVERYTHING
         try:
             if self.state is not ClientState.CLOSING:  # the event log keeps it too
@@ -461,10 +462,12 @@ class Client(ClientClosing):
                 else:
                     changes = diff_snapshots(*args)
         finally:
-            self._commit(build, before, changes)  # no await: publish and events are one step
+            self._commit(build, before, changes, config)  # no await: publish and events at once
 
-    def _commit(self, build: Build, before: ClientSnapshot | None, changes: Changes) -> None:
-        """Publish ``build`` and send its event (no await)."""
+    def _commit(
+        self, build: Build, before: ClientSnapshot | None, changes: Changes, config: ClientConfig
+    ) -> None:
+        """Publish ``build`` (made under ``config``) and send its event (no await)."""
         self.generation += 1
         current = ClientSnapshot(
             build.snapshot,
@@ -473,10 +476,10 @@ class Client(ClientClosing):
             dict(build.active),
             dict(build.usable_until),
             build.inputs,
-            config_revision=self.config.revision,
+            config_revision=config.revision,
             evaluated_at=build.evaluated_at,
             keeper=self.keeper,
-            policy_id=self.config.policy_id(build.slurm_id),
+            policy_id=config.policy_id(build.slurm_id),
         )
         self._current = current
         self.delivery.committed()  # the same step: the host and the state file get it

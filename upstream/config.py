@@ -107,6 +107,10 @@ class ClientConfig:
     #: What a read of the state file may build (sources, supports, bytes); None: `Limits()`.
     #: A changed value (`Client.apply_config`) applies from the backend's next transaction.
     limits: Limits | None = None
+    #: Build the query structures (origin index, ASPA index) of every snapshot in the build
+    #: thread, before it is published (0.4 s and about 75 MB on the global table); False for
+    #: a host that seldom queries (queries then search the packed keys, writing nothing).
+    prepare_queries: bool = True
 
     def __post_init__(self) -> None:
         if not self.sources:

@@ -328,11 +328,6 @@ async def test_apply_config_twice_never_admits_the_removed_tasks_late_results(
         await client.aclose()
 
 
-@pytest.mark.xfail(
-    reason="Client._on_build reads self.config.revision after its off-loop diff await; "
-    "the fix is in upstream/client.py (take the revision before the await)",
-    strict=True,
-)
 async def test_a_build_whose_diff_straddles_apply_config_keeps_its_revision(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

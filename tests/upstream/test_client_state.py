@@ -165,8 +165,9 @@ async def test_a_failed_store_close_is_kept_and_the_next_aclose_retries_it(
             assert [e async for e in events] == []
         await client.aclose()  # retries the store's close, which succeeds now
         assert client.keeping.closed
-        assert client.state is ClientState.CLOSED
-        assert client.get_status().persistence_close_error is None
+        status = client.get_status()
+        assert status.state is ClientState.CLOSED
+        assert status.persistence_close_error is None
         tg.cancel_scope.cancel()
     with sqlite3.connect(db) as conn:  # the lock was released: another owner may write
         conn.execute("BEGIN IMMEDIATE")
