@@ -164,7 +164,9 @@ async def test_a_failed_store_close_is_kept_and_the_next_aclose_retries_it(
             assert client.get_status().persistence_close_error == report.close_error
             assert [e async for e in events] == []
         await client.aclose()  # retries the store's close, which succeeds now
-        assert client.keeping.closed
+        backend = client.keeping.backend
+        assert backend is not None
+        assert backend.closed
         status = client.get_status()
         assert status.state is ClientState.CLOSED
         assert status.persistence_close_error is None
