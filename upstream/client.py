@@ -39,7 +39,6 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import Iterable, Mapping
-from types import TracebackType
 from typing import Self
 
 import anyio
@@ -57,6 +56,7 @@ from upstream.client_setup import (
     groups_of,
     loop_identity,
     make_sources,
+    placeholders,
     prepare_sources,
 )
 from upstream.clock import Clock, FixedWallClock, SystemClock
@@ -121,10 +121,9 @@ class Client(ClientClosing):
         nothing runs before `run`. ``publish``, the host's hook, is handed every snapshot the
         client commits (latest first, see `upstream.delivery`) before its state is committed;
         it returns what the snapshot is served as. ``recovered`` seeds sources with payloads
-        restored elsewhere (by name; a name not configured is an error). Time is sampled from
-        the system's UTC and monotonic clocks (frozen at `ClientConfig.reference_time` for an
-        offline evaluation); ``_clock`` is the internal hook through which tests and the
-        server's own parts share other samplers, not an API.
+        restored elsewhere (by name; a name not configured is an error). Time: the system's
+        UTC and monotonic clocks (UTC frozen at `ClientConfig.reference_time`); ``_clock``,
+        internal, shares other samplers with tests and the server's own parts.
         """
         self.config = config
         #: The effective time every judgement of this client uses (never moves back).
@@ -175,6 +174,7 @@ class Client(ClientClosing):
         self.delivery = Delivery(
             publish, self.keeping, self.keeper, flush_timeout=config.flush_timeout
         )
+        self.delivery.configured = lambda: placeholders(self._sources)  # stored when unloaded
         self._persistence_ended: anyio.Event | None = None
         for name, payload in (recovered or {}).items():
             self.seed(name, payload)
@@ -230,14 +230,6 @@ class Client(ClientClosing):
     def _closed_meanwhile(self) -> bool:
         """A concurrent `aclose` began while `__aenter__` prepared."""
         return self.state is ClientState.CLOSING
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
         """Run the sources until `aclose` or cancellation; may be started once."""

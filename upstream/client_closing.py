@@ -13,6 +13,7 @@ report `close_report` returns.
 from __future__ import annotations
 
 import logging
+from types import TracebackType
 
 import anyio
 
@@ -58,6 +59,14 @@ class ClientClosing:
     def get_snapshot(self) -> ClientSnapshot | None:
         """The current snapshot (None before the first one)."""
         raise NotImplementedError
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
 
     async def aclose(self) -> None:
         """Close (idempotent); with a host or a state file, see `close_report`."""

@@ -17,7 +17,7 @@ import anyio.lowlevel
 from snapshot.slurm import SlurmPolicy
 from upstream.aggregate import Aggregator, Group
 from upstream.config import ClientConfig, SourceConfig, make_source
-from upstream.recovery import SourceIdentity
+from upstream.recovery import Placeholder, SourceIdentity
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Preparable, Source
 from upstream.source_entry import Recovered
@@ -30,6 +30,7 @@ __all__ = [
     "groups_of",
     "loop_identity",
     "make_sources",
+    "placeholders",
     "prepare_sources",
 ]
 
@@ -122,3 +123,11 @@ def make_sources(
         else:
             sources[entry.name] = (entry, make_source(entry, config, keeper))
     return sources
+
+
+def placeholders(sources: Mapping[str, tuple[SourceConfig, Source]]) -> list[Placeholder]:
+    """Every configured source as a placeholder (stored for those without a payload, P-53)."""
+    return [
+        Placeholder(s.name, c.group, s.status.kind, s.status.location, s.capabilities)
+        for c, s in sources.values()
+    ]

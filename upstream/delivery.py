@@ -19,7 +19,7 @@ kept for the next `close`).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from typing import Protocol
 
@@ -36,6 +36,7 @@ from upstream.closing import (
     persist_last,
 )
 from upstream.events import ClientSnapshot
+from upstream.recovery import Placeholder
 from upstream.state_keeping import Keeper, StateKeeping
 
 __all__ = ["Delivery", "PublishHook"]
@@ -81,9 +82,11 @@ class Delivery:
         keeper: Keeper,
         *,
         flush_timeout: float,
+        configured: Callable[[], Sequence[Placeholder]] = tuple,
     ) -> None:
-        """Deliver nothing yet (`run` starts)."""
+        """Deliver nothing yet (`run` starts); ``configured``: the sources configured now."""
         self.publish = publish
+        self.configured = configured
         self.keeping = keeping
         self.keeper = keeper
         self.flush_timeout = flush_timeout
@@ -173,7 +176,7 @@ class Delivery:
         if self.publish is None:  # no host: the client's own generation stands in
             published = Publication(current.generation, (0, 0, 0), current.snapshot.vrp_count)
         if published is not None:
-            await keeping.offer(current, published, self.keeper)
+            await keeping.offer(current, published, self.keeper, self.configured())
             if self._offers is not None:
                 self._offers.set()
                 self._offers = None

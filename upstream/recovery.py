@@ -92,6 +92,33 @@ def to_payload(record: SourceRecord) -> SourcePayload:
     )
 
 
+@dataclass(frozen=True, slots=True)
+class Placeholder:
+    """A configured source with no usable payload in the state: stored as such (P-53)."""
+
+    name: str
+    group: str
+    kind: str
+    location: str
+    capabilities: frozenset[PayloadKind]
+
+
+def to_placeholder(source: Placeholder, evaluated_wall: float) -> SourceRecord:
+    """The record of a configured but unloaded source: ``complete`` false, no payload."""
+    at = seconds_to_us(evaluated_wall)
+    return SourceRecord(
+        name=source.name,
+        group=source.group,
+        kind=source.kind,
+        location=source.location,
+        complete=False,
+        capabilities=frozenset(k.value for k in source.capabilities),
+        selected=frozenset(),
+        accepted_at=at,
+        evaluated_at=at,
+    )
+
+
 def build_state(
     *,
     store_id: str,
@@ -105,10 +132,12 @@ def build_state(
     observed_wall: float = 0.0,
     evaluated_wall: float = 0.0,
     recovered_from: StateId | None = None,
+    placeholders: Iterable[Placeholder] = (),
 ) -> PersistedState:
     """The complete state to commit after a publish.
 
-    ``recovered_from`` is the stored state this process recovered from (P-54), if any.
+    ``recovered_from`` is the stored state this process recovered from (P-54), if any;
+    ``placeholders`` are the configured sources without a payload in ``inputs`` (P-53).
 
     ``published_wall``, ``observed_wall`` and ``evaluated_wall`` (the time the build judged the
     sources at, each source's ``evaluated_at``) are effective times (the process's lower bound
@@ -124,10 +153,19 @@ def build_state(
         session_ids=session_ids,
         published_at=seconds_to_us(published_wall),
         package_version=package_version,
-        sources=tuple(to_record(s, evaluated_wall) for s in inputs),
+        sources=_records(inputs, placeholders, evaluated_wall),
         observed_at=seconds_to_us(observed_wall),
         recovered_from=recovered_from,
     )
+
+
+def _records(
+    inputs: Iterable[SourceInput], placeholders: Iterable[Placeholder], evaluated_wall: float
+) -> tuple[SourceRecord, ...]:
+    loaded = tuple(to_record(s, evaluated_wall) for s in inputs)
+    names = {r.name for r in loaded}
+    unloaded = (to_placeholder(p, evaluated_wall) for p in placeholders if p.name not in names)
+    return loaded + tuple(unloaded)
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,6 +220,9 @@ def plan_recovery(
     selected: list[tuple[SourcePayload, frozenset[PayloadKind], float]] = []
     for record in state.sources:
         identity = known.get(record.name)
+        if not record.complete:  # a placeholder: configured then, nothing loaded (no error)
+            plan.notes.append(f"source {record.name}: not loaded when the state was written")
+            continue
         if identity is None:
             plan.notes.append(f"source {record.name}: no longer configured, not revived")
             continue

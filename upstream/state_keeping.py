@@ -30,7 +30,13 @@ from persistence.state import StateHeader, StateId
 from snapshot.slurm import SlurmPolicy
 from upstream.closing import Handover, Publication, close_store
 from upstream.events import ClientSnapshot
-from upstream.recovery import RecoveryPlan, SourceIdentity, build_state, plan_recovery
+from upstream.recovery import (
+    Placeholder,
+    RecoveryPlan,
+    SourceIdentity,
+    build_state,
+    plan_recovery,
+)
 from upstream.source_entry import Recovered
 
 __all__ = ["PACKAGE_VERSION", "Seedable", "StateKeeping"]
@@ -187,8 +193,17 @@ class StateKeeping:
             backend, path=str(location.path), persisted=persisted, wall=self.wall
         )
 
-    async def offer(self, current: ClientSnapshot, published: Publication, keeper: Keeper) -> None:
-        """Offer ``current`` (delivered as ``published``) as the next state, and note it."""
+    async def offer(
+        self,
+        current: ClientSnapshot,
+        published: Publication,
+        keeper: Keeper,
+        configured: Sequence[Placeholder] = (),
+    ) -> None:
+        """Offer ``current`` (delivered as ``published``) as the next state, and note it.
+
+        The ``configured`` sources without a payload in it are stored as placeholders.
+        """
         assert self.persister is not None
         assert self.backend is not None
         self._generation += 1
@@ -210,6 +225,7 @@ class StateKeeping:
                 recovered_from=(
                     None if self.recovered_header is None else self.recovered_header.state_id
                 ),
+                placeholders=configured,
             )
         )
         self.persister.offer(state)

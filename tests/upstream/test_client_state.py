@@ -270,3 +270,39 @@ async def test_the_revision_in_force_and_the_persisted_one_are_reported_apart(
     with sqlite3.connect(db) as conn:
         assert conn.execute("SELECT config_revision FROM header").fetchone() == (1,)
     conn.close()
+
+
+async def test_a_configured_source_without_data_is_stored_as_a_placeholder(
+    tmp_path: Path,
+) -> None:
+    """P-53: the state keeps a placeholder for a configured but unloaded source; recovery
+    passes over it (no error) and brings back only the complete source."""
+    loaded, missing, db = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "state.db"
+    write_atomically(loaded, export(A))
+    both = ClientConfig(
+        (SourceConfig("a", str(loaded)), SourceConfig("b", str(missing))),
+        poll_interval=0.05,
+        state=StateLocation("sqlite", db),
+    )
+    async with Client(both) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(TIMEOUT):
+            await client.wait_ready()
+            await client.flush()
+        await client.aclose()
+        tg.cancel_scope.cancel()
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute("SELECT name, complete, selected FROM sources ORDER BY name")
+        stored = rows.fetchall()
+        vrps = conn.execute("SELECT count(*) FROM vrps").fetchone()
+    conn.close()
+    assert [(name, complete) for name, complete, _ in stored] == [("a", 1), ("b", 0)]
+    assert vrps == (1,)
+    async with Client(both) as again:
+        assert again.keeping is not None
+        plan = again.keeping.recovery
+        assert plan is not None
+        assert plan.snapshot is not None
+        assert plan.snapshot.vrp_count == 1
+        assert set(plan.recovered) == {"a"}
+        assert "source b: not loaded when the state was written" in plan.notes
