@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import secrets
 from collections.abc import Iterable, Mapping
 from typing import Self
 
@@ -133,7 +134,9 @@ class Client(ClientClosing):
         self.keeper = TimeKeeper(_clock, tolerance=config.clock_tolerance)
         self.clock: Clock = self.keeper
         self.state = ClientState.CREATED
-        self.epoch = 0
+        #: Fresh for every client (the state file's next epoch once entered with one): event
+        #: and snapshot ids of another client's life, e.g. before a restart, never match.
+        self.epoch = secrets.randbits(31)
         self.generation = 0
         self.cleanup_overdue = False
         self._current: ClientSnapshot | None = None
@@ -207,6 +210,7 @@ class Client(ClientClosing):
                         self.seed,
                     )
                     await self.keeping.open(target, self.keeper.monotonic)
+                    self.epoch = self.events.epoch = self.keeping.epoch
         except Exception as exc:
             if self._closed_meanwhile():  # e.g. the thread's own error once it returned
                 raise RuntimeError(CLOSED_WHILE_OPENING) from exc

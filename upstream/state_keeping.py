@@ -246,6 +246,11 @@ class StateKeeping:
             self.close_error = await close_store(self.backend, self.close_error, wait)
 
     @property
+    def epoch(self) -> int:
+        """This process's epoch of the file: one above the stored state's (known after `open`)."""
+        return self._epoch
+
+    @property
     def persisted_revision(self) -> int | None:
         """The configuration revision of the state the file holds, as far as is confirmed."""
         receipt = None if self.persister is None else self.persister.last_receipt

@@ -20,7 +20,15 @@ from persistence.state import StateId
 from snapshot.publisher import Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from tests.upstream.helpers import export, write_atomically
-from upstream import Client, ClientConfig, ClientState, SnapshotEvent, SourceConfig
+from upstream import (
+    Client,
+    ClientConfig,
+    ClientState,
+    EventId,
+    ResyncRequiredError,
+    SnapshotEvent,
+    SourceConfig,
+)
 from upstream.closing import Publication
 
 pytestmark = pytest.mark.anyio
@@ -306,3 +314,28 @@ async def test_a_configured_source_without_data_is_stored_as_a_placeholder(
         assert plan.snapshot.vrp_count == 1
         assert set(plan.recovered) == {"a"}
         assert "source b: not loaded when the state was written" in plan.notes
+
+
+async def test_every_client_life_has_its_own_epoch(tmp_path: Path) -> None:
+    """P-54, L-70: a restart is a new publish epoch (the state file's next one); an event id
+    of the previous life resumes nothing: the watch is resync-required at once."""
+    source, db = tmp_path / "export.json", tmp_path / "state.db"
+    write_atomically(source, export(A))
+    async with Client(config(source, db)) as first, anyio.create_task_group() as tg:
+        assert first.epoch == 1  # the file's first epoch
+        await tg.start(first.run)
+        with anyio.fail_after(TIMEOUT):
+            await first.wait_ready()
+            await first.flush()
+        seen = EventId(first.epoch, first.events.sequence)
+        await first.aclose()
+        tg.cancel_scope.cancel()
+    async with Client(config(source, db)) as second, anyio.create_task_group() as tg:
+        assert second.epoch == 2
+        await tg.start(second.run)
+        with second.watch(after=seen) as events, pytest.raises(ResyncRequiredError, match="epoch"):
+            await events.receive()
+        tg.cancel_scope.cancel()
+    memory = dataclasses.replace(config(source, db), state=None)
+    one, two = Client(memory), Client(memory)
+    assert one.epoch != two.epoch  # without a state file: a fresh random epoch each

@@ -43,11 +43,15 @@ async def test_a_snapshot_event_names_both_snapshots_and_what_changed(tmp_path: 
             assert initial is not None
             write_atomically(path, export(A + B))
             event = await snapshot_event(events)
-            assert event.before_id == initial.id == SnapshotId(0, initial.generation)
-            assert event.after_id == SnapshotId(0, initial.generation + 1) == event.snapshot.id
+            assert event.before_id == initial.id == SnapshotId(client.epoch, initial.generation)
+            assert (
+                event.after_id
+                == SnapshotId(client.epoch, initial.generation + 1)
+                == event.snapshot.id
+            )
             assert event.before_config_revision == event.after_config_revision == 0
             assert event.reason == "data"
-            assert event.event_id.epoch == 0
+            assert event.event_id.epoch == client.epoch
             assert event.vrps_added == (Vrp.parse(*B[0]),)
             assert event.vrps_removed == ()
             assert event.affected_prefixes == (ipaddress.ip_network("198.51.100.0/24"),)
@@ -134,7 +138,7 @@ async def test_status_events_have_their_own_ids_and_the_observed_snapshot(tmp_pa
             ids = [e.event_id for e in seen]
             assert ids == sorted(ids)
             assert len(set(ids)) == len(ids)
-            assert all(i.epoch == 0 for i in ids)
+            assert all(i.epoch == client.epoch for i in ids)
             statuses = [e for e in seen if isinstance(e, StatusEvent)]
             assert statuses
             assert [s.status_sequence for s in statuses] == list(range(1, len(statuses) + 1))
@@ -149,7 +153,7 @@ async def test_status_events_have_their_own_ids_and_the_observed_snapshot(tmp_pa
             assert first.before_config_revision is None
             assert first.vrps_added == (Vrp.parse(*A[0]),)
             assert client.events.sequence == first.event_id.sequence
-            assert first.event_id == EventId(0, client.events.sequence)
+            assert first.event_id == EventId(client.epoch, client.events.sequence)
         await client.aclose()
 
 

@@ -40,7 +40,7 @@ async def test_a_watch_resumes_after_an_event_it_saw(tmp_path: Path) -> None:
         last = seen[-1].event_id
         write_atomically(path, export(A + B))
         await wait_for(lambda: client.generation >= ready.generation + 2)
-        logged = client.events.log.after(EventId(0, 0))
+        logged = client.events.log.after(EventId(client.epoch, 0))
         by_id = {e.event_id: e for e in logged}
         assert all(by_id[e.event_id] is e for e in seen)  # the very events the watch got
         with client.watch(after=last) as resumed:
@@ -67,7 +67,7 @@ async def test_a_lost_window_or_another_epoch_is_a_resync(tmp_path: Path) -> Non
         await tg.start(client.run)
         with anyio.fail_after(5):
             ready = await client.wait_ready()
-        early = EventId(0, client.events.sequence)
+        early = EventId(client.epoch, client.events.sequence)
         for i in range(3):
             write_atomically(path, export(B if i % 2 == 0 else A))
             await wait_for(lambda g=ready.generation + i + 1: client.generation >= g)  # type: ignore[misc]
@@ -77,11 +77,11 @@ async def test_a_lost_window_or_another_epoch_is_a_resync(tmp_path: Path) -> Non
             with pytest.raises(ResyncRequiredError, match="window"):
                 await events.receive()
         with (
-            client.watch(after=EventId(1, 1)) as events,
+            client.watch(after=EventId(client.epoch + 1, 1)) as events,
             pytest.raises(ResyncRequiredError, match="epoch"),
         ):
             await events.receive()
-        with client.watch(after=EventId(0, client.events.sequence)) as events:
+        with client.watch(after=EventId(client.epoch, client.events.sequence)) as events:
             assert events.error is None  # nothing missed
         await client.aclose()
 
