@@ -203,6 +203,20 @@ def source_rows(conn: Any) -> list[Named]:
     return _named(conn, "SELECT * FROM sources ORDER BY source_id")
 
 
+#: A stored identity is a digest (``sha256:`` and 64 hex digits); anything longer is damage.
+MAX_IDENTITY = 128
+
+
+def _identity(value: object) -> str | None:
+    """A source row's stored identity (a file of before has none)."""
+    if value is None:
+        return None
+    text = as_text(value)
+    if len(text) > MAX_IDENTITY:
+        raise DamagedStateError(f"a source identity of {len(text)} characters")
+    return text
+
+
 def source_fields(row: Named, header: StateHeader) -> Named:
     """`SourceRecord` keyword arguments of one source row (its payloads apart)."""
     stored = row.get("evaluated_at")
@@ -228,6 +242,7 @@ def source_fields(row: Named, header: StateHeader) -> Named:
         "rtr_serial": None if row["rtr_serial"] is None else as_int(row["rtr_serial"]),
         "generated_at": None if row["generated_at"] is None else as_int(row["generated_at"]),
         "evaluated_at": evaluated,
+        "identity": _identity(row.get("identity")),
     }
 
 
@@ -248,5 +263,6 @@ def source_row(sid: int, source: SourceRecord) -> tuple[Any, ...]:
         "rtr_serial": source.rtr_serial,
         "generated_at": source.generated_at,
         "evaluated_at": source.evaluated_at,
+        "identity": source.identity,
     }
     return tuple(values[c] for c in SOURCE_COLUMNS)

@@ -75,6 +75,7 @@ COLUMNS: dict[str, tuple[ColumnSpec, ...]] = {
         ("rtr_serial", "BIGINT", False),
         ("generated_at", "BIGINT", False),
         ("evaluated_at", "BIGINT", False),
+        ("identity", "TEXT", False),
     ),
     "vrps": (
         ("source_id", "INTEGER", True),
@@ -120,12 +121,12 @@ LATER_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
         ("recovered_from_epoch", "BIGINT"),
         ("recovered_from_generation", "BIGINT"),
     ),
-    "sources": (("evaluated_at", "BIGINT"),),
+    "sources": (("evaluated_at", "BIGINT"), ("identity", "TEXT")),
 }
 #: The stored evaluation times alone (the first `LATER_COLUMNS`).
 TIME_COLUMNS: dict[str, tuple[tuple[str, str], ...]] = {
     "header": LATER_COLUMNS["header"][:2],
-    "sources": LATER_COLUMNS["sources"],
+    "sources": LATER_COLUMNS["sources"][:1],
 }
 
 _U32 = "BETWEEN 0 AND 4294967295"

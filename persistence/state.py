@@ -82,6 +82,10 @@ class SourceRecord:
     rtr_session: int | None = None
     rtr_serial: int | None = None
     generated_at: int | None = None
+    #: The source's full identity as a non-sensitive digest (kind, endpoint, protocol range,
+    #: format, trust configuration, validity policy; header values never): recovery revives
+    #: the record only into a source of the same identity. None: stored before it was.
+    identity: str | None = None
     v4: bytes = b""
     v4_expires: array[int] = field(default_factory=lambda: array("q"))
     v6: bytes = b""
@@ -322,6 +326,9 @@ def _source_digest(source: SourceRecord) -> bytes:
     h = hashlib.sha256(b"source\x00")
     for text in (source.name, source.group, source.kind, source.location):
         _put_str(h, text)
+    if source.identity is not None:  # absent in files of before: their digests stay
+        h.update(b"identity\x00")
+        _put_str(h, source.identity)
     for value in (
         int(source.complete),
         kinds_to_mask(source.capabilities),

@@ -55,6 +55,7 @@ from upstream.client_setup import (
     check_home,
     cleanup_pending,
     groups_of,
+    identities,
     loop_identity,
     make_sources,
     placeholders,
@@ -177,7 +178,7 @@ class Client(ClientClosing):
         self.delivery = Delivery(
             publish, self.keeping, self.keeper, flush_timeout=config.flush_timeout
         )
-        self.delivery.configured = lambda: placeholders(self._sources)  # stored when unloaded
+        self.delivery.configured = lambda: placeholders(self.config, self._sources)
         self._persistence_ended: anyio.Event | None = None
         for name, payload in (recovered or {}).items():
             self.seed(name, payload)
@@ -208,6 +209,7 @@ class Client(ClientClosing):
                         self.slurm,
                         self.keeper,
                         self.seed,
+                        identities(self.config, self._sources),
                     )
                     await self.keeping.open(target, self.keeper.monotonic)
                     self.epoch = self.events.epoch = self.keeping.epoch

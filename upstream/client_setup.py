@@ -16,7 +16,7 @@ import anyio.lowlevel
 
 from snapshot.slurm import SlurmPolicy
 from upstream.aggregate import Aggregator, Group
-from upstream.config import ClientConfig, SourceConfig, make_source
+from upstream.config import ClientConfig, SourceConfig, make_source, source_identity
 from upstream.recovery import Placeholder, SourceIdentity
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Preparable, Source
@@ -28,6 +28,7 @@ __all__ = [
     "check_home",
     "cleanup_pending",
     "groups_of",
+    "identities",
     "loop_identity",
     "make_sources",
     "placeholders",
@@ -44,10 +45,15 @@ class RecoveryTarget:
     slurm: SlurmFiles
     keeper: TimeKeeper
     seed: Callable[[str, Recovered], None]
+    #: Each source's `upstream.config.source_identity`, by name.
+    identities: Mapping[str, str]
 
     def configured(self) -> Sequence[SourceIdentity]:
-        """The configured sources' identities (name, kind, location)."""
-        return [SourceIdentity(s.name, s.status.kind, s.status.location) for s in self.sources]
+        """The configured sources' identities (name, kind, location, full identity)."""
+        return [
+            SourceIdentity(s.name, s.status.kind, s.status.location, self.identities.get(s.name))
+            for s in self.sources
+        ]
 
     async def policy(self) -> SlurmPolicy | None:
         """The policy every published snapshot gets (the files read once, off the loop)."""
@@ -125,9 +131,25 @@ def make_sources(
     return sources
 
 
-def placeholders(sources: Mapping[str, tuple[SourceConfig, Source]]) -> list[Placeholder]:
+def placeholders(
+    config: ClientConfig, sources: Mapping[str, tuple[SourceConfig, Source]]
+) -> list[Placeholder]:
     """Every configured source as a placeholder (stored for those without a payload, P-53)."""
     return [
-        Placeholder(s.name, c.group, s.status.kind, s.status.location, s.capabilities)
+        Placeholder(
+            s.name,
+            c.group,
+            s.status.kind,
+            s.status.location,
+            s.capabilities,
+            source_identity(c, config),
+        )
         for c, s in sources.values()
     ]
+
+
+def identities(
+    config: ClientConfig, sources: Mapping[str, tuple[SourceConfig, Source]]
+) -> dict[str, str]:
+    """Each configured source's full identity, by name (P-52)."""
+    return {name: source_identity(c, config) for name, (c, _) in sources.items()}

@@ -154,6 +154,29 @@ class ClientConfig:
         return (GroupConfig(IMPLICIT_GROUP, 0, startup_timeout=0.0, failback_delay=0.0),)
 
 
+def source_identity(source: SourceConfig, config: ClientConfig) -> str:
+    """What a stored payload of ``source`` must match to be revived (P-52), as a digest.
+
+    The kind and endpoint (scheme and URL or path), the protocol range (RTR ``max_version``),
+    the format (the JSON shapes are detected per document: one reader profile), the trust
+    configuration (the CA file's path, or the system store) and the validity policy that
+    shapes a payload (``max_aspa_providers``). Secrets take part only as non-sensitive
+    identifiers: header names, never their values. SHA-256, hex, with its name.
+    """
+    url = source.url
+    scheme = url.partition("://")[0] if "://" in url else "file"
+    parts = [
+        f"kind={scheme}",
+        f"endpoint={url}",
+        f"protocol={source.max_version if source.max_version is not None else '-'}",
+        "format=json-auto" if scheme != "rtr" else "format=rtr",
+        f"trust={source.ca_file if source.ca_file is not None else 'system'}",
+        "headers=" + ",".join(sorted(name.lower() for name, _ in source.headers)),
+        f"max_aspa_providers={config.max_aspa_providers}",
+    ]
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
 def make_source(source: SourceConfig, config: ClientConfig, clock: TimeKeeper) -> Source:
     """The source object for one entry (constructors do no I/O); ``clock`` is the shared one."""
     url = source.url

@@ -48,7 +48,9 @@ def _seconds(expires_us: int, cap_us: int) -> int:
     return NO_EXPIRY if value >= NEVER else value // US_PER_SECOND
 
 
-def to_record(source: SourceInput, evaluated_wall: float = 0.0) -> SourceRecord:
+def to_record(
+    source: SourceInput, evaluated_wall: float = 0.0, identity: str | None = None
+) -> SourceRecord:
     """The persisted form of one source's payload (expiry in microseconds).
 
     ``evaluated_wall`` is the effective time the build judged the payload at; the record's
@@ -68,6 +70,7 @@ def to_record(source: SourceInput, evaluated_wall: float = 0.0) -> SourceRecord:
         expires_at=NEVER if source.expires_wall is None else seconds_to_us(source.expires_wall),
         rtr_session=source.rtr_session,
         rtr_serial=source.rtr_serial,
+        identity=identity,
         generated_at=None if payload.generated is None else payload.generated * US_PER_SECOND,
         v4=payload.v4,
         v4_expires=array("q", map(_us, payload.v4_expires)),
@@ -101,6 +104,8 @@ class Placeholder:
     kind: str
     location: str
     capabilities: frozenset[PayloadKind]
+    #: `upstream.config.source_identity` of its configuration.
+    identity: str | None = None
 
 
 def to_placeholder(source: Placeholder, evaluated_wall: float) -> SourceRecord:
@@ -116,6 +121,7 @@ def to_placeholder(source: Placeholder, evaluated_wall: float) -> SourceRecord:
         selected=frozenset(),
         accepted_at=at,
         evaluated_at=at,
+        identity=source.identity,
     )
 
 
@@ -162,7 +168,9 @@ def build_state(
 def _records(
     inputs: Iterable[SourceInput], placeholders: Iterable[Placeholder], evaluated_wall: float
 ) -> tuple[SourceRecord, ...]:
-    loaded = tuple(to_record(s, evaluated_wall) for s in inputs)
+    placeholders = tuple(placeholders)
+    identities = {p.name: p.identity for p in placeholders}
+    loaded = tuple(to_record(s, evaluated_wall, identities.get(s.name)) for s in inputs)
     names = {r.name for r in loaded}
     unloaded = (to_placeholder(p, evaluated_wall) for p in placeholders if p.name not in names)
     return loaded + tuple(unloaded)
@@ -175,6 +183,8 @@ class SourceIdentity:
     name: str
     kind: str
     location: str
+    #: `upstream.config.source_identity` (None: compare kind and location only).
+    identity: str | None = None
 
 
 @dataclass(slots=True)
@@ -230,6 +240,14 @@ def plan_recovery(
             plan.notes.append(
                 f"source {record.name}: now {identity.kind} {identity.location}, was "
                 f"{record.kind} {record.location}: not revived"
+            )
+            continue
+        if None not in (identity.identity, record.identity) and identity.identity != (
+            record.identity
+        ):  # a file of before has none: kind and location alone decide there
+            plan.notes.append(
+                f"source {record.name}: its protocol range, trust or validity configuration "
+                "changed: not revived"
             )
             continue
         payload = to_payload(record)

@@ -190,6 +190,7 @@ SOURCE_CHANGES = {
     "rtr_session": 0,
     "rtr_serial": 0,
     "generated_at": None,
+    "identity": "sha256:" + "0" * 64,
     "v4": first.v4[:-1] + bytes([first.v4[-1] ^ 1]),
     "v4_expires": array("q", [*first.v4_expires[:-1], first.v4_expires[-1] - 1]),
     "v6": first.v6[:-1] + bytes([first.v6[-1] ^ 1]),

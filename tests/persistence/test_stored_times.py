@@ -232,7 +232,7 @@ async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path:
         "recovered_from_epoch",
         "recovered_from_generation",
     ]
-    assert columns(kind, path, "sources")[-1] == "evaluated_at"
+    assert columns(kind, path, "sources")[-2:] == ["evaluated_at", "identity"]
     async with opened(kind, path, clock) as backend:
         assert backend.store_id is not None
         result = await backend.read_state()

@@ -30,6 +30,7 @@ from upstream import (
     SourceConfig,
 )
 from upstream.closing import Publication
+from upstream.config import source_identity
 
 pytestmark = pytest.mark.anyio
 
@@ -339,3 +340,53 @@ async def test_every_client_life_has_its_own_epoch(tmp_path: Path) -> None:
     memory = dataclasses.replace(config(source, db), state=None)
     one, two = Client(memory), Client(memory)
     assert one.epoch != two.epoch  # without a state file: a fresh random epoch each
+
+
+def test_the_source_identity_covers_its_configuration_but_no_secret() -> None:
+    """P-52: kind, endpoint, protocol range, trust and validity policy; header names only."""
+    base = ClientConfig((SourceConfig("h", "https://rpki.example/export.json"),))
+    entry = base.sources[0]
+    identity = source_identity(entry, base)
+    assert identity.startswith("sha256:")
+    assert len(identity) == len("sha256:") + 64
+    secret = dataclasses.replace(entry, headers=(("Authorization", "Bearer s3cret"),))
+    other_secret = dataclasses.replace(entry, headers=(("Authorization", "Bearer other"),))
+    assert source_identity(secret, base) == source_identity(other_secret, base)
+    assert source_identity(secret, base) != identity  # a header name takes part
+    changed = [
+        dataclasses.replace(entry, url="https://rpki.example/other.json"),
+        dataclasses.replace(entry, ca_file="/etc/rpki/ca.pem"),
+        dataclasses.replace(entry, max_version=1),
+    ]
+    assert len({identity, *(source_identity(c, base) for c in changed)}) == 4
+    stricter = dataclasses.replace(base, max_aspa_providers=10)
+    assert source_identity(entry, stricter) != identity
+
+
+async def test_a_source_whose_identity_changed_is_not_revived(tmp_path: Path) -> None:
+    """P-52: same name, kind and path, another validity policy: the stored payload stays out."""
+    source, db = tmp_path / "export.json", tmp_path / "state.db"
+    write_atomically(source, export(B))
+    async with Client(config(source, db)) as first, anyio.create_task_group() as tg:
+        await tg.start(first.run)
+        with anyio.fail_after(TIMEOUT):
+            await first.wait_ready()
+            await first.flush()
+        await first.aclose()
+        tg.cancel_scope.cancel()
+    with sqlite3.connect(db) as conn:
+        (stored,) = conn.execute("SELECT identity FROM sources").fetchone()
+    conn.close()
+    assert stored == source_identity(config(source, db).sources[0], config(source, db))
+    async with Client(config(source, db)) as same:
+        assert same.keeping is not None
+        plan = same.keeping.recovery
+        assert plan is not None
+        assert set(plan.recovered) == {"file"}
+    stricter = config(source, db, max_aspa_providers=10)
+    async with Client(stricter) as other:
+        assert other.keeping is not None
+        plan = other.keeping.recovery
+        assert plan is not None
+        assert plan.recovered == {}
+        assert any("not revived" in note for note in plan.notes)
