@@ -180,7 +180,8 @@ async def test_a_file_of_the_first_ddl_reads_and_is_committed_to(kind: str, tmp_
 
 HEADERLESS_ROWS = {
     "sources": (
-        "INSERT INTO sources VALUES (0, 'a', 'g', 'file', '/x', 1, 1, 1, 0, 0, NULL, NULL, NULL, 0, NULL)"
+        "INSERT INTO sources VALUES"
+        " (0, 'a', 'g', 'file', '/x', 1, 1, 1, 0, 0, NULL, NULL, NULL, 0, NULL)"
     ),
     "vrps": "INSERT INTO vrps VALUES (0, 4, 0, ?, 8, 8, 64496, 0)",
     "aspa_providers": "INSERT INTO aspa_providers VALUES (0, 0, 0, 64496)",
