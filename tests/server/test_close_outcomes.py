@@ -37,7 +37,7 @@ from rtr_server.http import observe
 from tests.server.helpers import settings
 from tests.upstream.helpers import wait_for
 from tests.upstream.scripted_source import ScriptedSource, payload
-from upstream import client as client_module
+from upstream import client_setup as client_module
 from upstream.client import ClientState
 from upstream.clock import SystemClock
 
