@@ -49,7 +49,7 @@ pytestmark = [
     # A body left early (size limit) leaves httpx's and httpcore's nested async generators to
     # the garbage collector, and trio warns about each (encode/httpx#3686, fix pending in #3777).
     # The connection is closed regardless: the tests check that the server sees it go.
-    pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)\.:ResourceWarning"),
+    pytest.mark.filterwarnings("error::ResourceWarning"),
 ]
 
 
