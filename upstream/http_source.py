@@ -43,7 +43,14 @@ Contract:
 * **Ownership.** `run` creates its `httpx.AsyncClient` and closes it when it ends, cancelled or
   not; an injected ``client`` belongs to the caller and is never closed here (its TLS and proxy
   settings then apply; timeouts and headers are still set per request). Every response is
-  closed on every path: success, error, size limit and cancellation.
+  closed on every path: success, error, size limit and cancellation. With the owned client the
+  whole request runs in a managed worker task (`upstream.http_exchange.in_worker`), its response
+  is closed in a shielded child task, then its raw iterator is unrolled and closed
+  (`upstream.http_exchange.ResponseHolder`), and its direct connections go through
+  `upstream.http_network.OwnedTransport` (a cancelled TLS handshake closes its socket). A close
+  error never replaces the original failure or cancellation; a cancelled poll is no failure.
+* **Byte quota.** `quota` holds the body bytes a poll buffered until its cleanup and the parse
+  ended; no partial body is ever parsed or emitted.
 """
 
 from __future__ import annotations
