@@ -17,7 +17,10 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 
 @dataclass(frozen=True)
@@ -277,3 +280,27 @@ def full_backlog() -> Iterator[int]:
         for filler in fillers:
             filler.close()
         listener.close()
+
+
+@contextmanager
+def stalled_name_lookups(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Name lookups (not numeric ones) block in their worker thread until released (max 10 s)."""
+    release = threading.Event()
+    real = socket.getaddrinfo
+
+    def stalling(host: object, *args: object, **kwargs: object) -> object:
+        flags = kwargs.get("flags", args[4] if len(args) > 4 else 0)
+        if isinstance(flags, int) and not flags & socket.AI_NUMERICHOST:
+            release.wait(10)
+        return real(host, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(socket, "getaddrinfo", stalling)
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+def open_fds() -> int:
+    """Open file descriptors of this process (a leaked socket is one more)."""
+    return len(list(Path("/proc/self/fd").iterdir()))

@@ -5,11 +5,9 @@ from __future__ import annotations
 import asyncio  # noqa: TID251 — the native cancellation under test
 import gzip
 import logging
-import socket
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 
 import anyio
 import httpx
@@ -23,7 +21,9 @@ from tests.upstream.http_server import (
     ScriptedServer,
     full_backlog,
     never_answer,
+    open_fds,
     reset_mid_body,
+    stalled_name_lookups,
 )
 from tests.upstream.test_http_source import FAST, Recorder, RecordingSource, source_for
 from upstream.decompress import ContentDecoder, decode
@@ -48,11 +48,6 @@ def server() -> Iterator[ScriptedServer]:
         yield srv
     finally:
         srv.close()
-
-
-def open_fds() -> int:
-    """Open file descriptors of this process (a leaked socket is one more)."""
-    return len(list(Path("/proc/self/fd").iterdir()))
 
 
 # ---------------------------------------------------------------- L-13: the worker task
@@ -343,21 +338,8 @@ async def test_tls_handshake_that_never_completes(how: str) -> None:
 
 @pytest.fixture
 def stalled_dns(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """Name lookups (not numeric ones) block in their worker thread until released (max 10 s)."""
-    release = threading.Event()
-    real = socket.getaddrinfo
-
-    def stalling(host: object, *args: object, **kwargs: object) -> object:
-        flags = kwargs.get("flags", args[4] if len(args) > 4 else 0)
-        if isinstance(flags, int) and not flags & socket.AI_NUMERICHOST:
-            release.wait(10)
-        return real(host, *args, **kwargs)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(socket, "getaddrinfo", stalling)
-    try:
+    with stalled_name_lookups(monkeypatch) as release:
         yield release
-    finally:
-        release.set()
 
 
 @pytest.mark.parametrize("how", ["timeout", "cancel"])
