@@ -284,6 +284,22 @@ async def test_shared_connection_recovery_is_bounded() -> None:
     assert source.quota.held == 0
 
 
+@pytest.mark.parametrize("anyio_backend", ["asyncio"])  # native asyncio cancellation
+async def test_a_native_cancel_during_the_bounded_recovery_is_not_swallowed() -> None:
+    """The 1 s recovery budget is AnyIO's own deadline: a native cancel meanwhile propagates."""
+    body = Body(after_close=True)
+    async with injected(body) as client:
+        source = source_for("https://example.net/x.json", client=client, max_bytes=10_000)
+        task = asyncio.get_running_loop().create_task(source.check(Recorder()))
+        await wait_for(lambda: body.steps_after_close > 0)
+        task.cancel()
+        with anyio.fail_after(5), pytest.raises(asyncio.CancelledError):
+            await task
+    assert body.steps_after_close < RECOVERY_STEPS
+    assert source.status.errors == {}
+    assert source.quota.held == 0
+
+
 # ---------------------------------------------------------------- L-10: connect and TLS
 
 
