@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import httpx
@@ -23,7 +22,6 @@ __all__ = [
     "Parsed",
     "PollError",
     "Response",
-    "closing",
     "decompress_bounded",
     "describe",
     "digest_and_parse",
@@ -40,22 +38,6 @@ class PollError(Exception):
         self.error_class = error_class
         self.message = message
         self.retry_after = retry_after
-
-
-@asynccontextmanager
-async def closing(iterator: AsyncIterator[bytes]) -> AsyncIterator[AsyncIterator[bytes]]:
-    """``aclosing`` for an iterator that may be an async generator (httpx's are).
-
-    This closes only the outermost one: httpx/httpcore nest further generators, which the
-    garbage collector finalises (trio warns about them; encode/httpx#3686). The connection
-    itself is closed at once by leaving ``client.stream``.
-    """
-    try:
-        yield iterator
-    finally:
-        aclose = getattr(iterator, "aclose", None)
-        if aclose is not None:
-            await aclose()
 
 
 def describe(exc: BaseException) -> str:
@@ -145,11 +127,17 @@ class Response:
 
 
 async def read_body(
-    response: httpx.Response, limit: int, counted: Callable[[int], None]
+    response: httpx.Response,
+    raw_body: Callable[[], AsyncIterator[bytes]],
+    limit: int,
+    counted: Callable[[int], None],
 ) -> Response:
     """Read a 200's body in full, undoing its Content-Encoding, within ``limit`` bytes.
 
-    ``counted`` is told every raw byte count as it arrives (the source's ``bytes_read``).
+    The raw bytes come from ``raw_body()`` (`upstream.http_exchange.ResponseHolder.raw`), whose
+    owner closes the response and then unrolls and closes that iterator; this only stops
+    consuming it. ``counted`` is told every raw byte count as it arrives (``bytes_read`` and
+    the source's byte quota).
 
     Raises:
         PollError: ``size`` past the limit, ``http`` for an unsupported Content-Encoding,
@@ -171,17 +159,16 @@ async def read_body(
     chunks: list[bytes] = []
     raw = size = 0
     try:
-        async with closing(response.aiter_raw()) as stream:
-            async for data in stream:
-                raw += len(data)
-                counted(len(data))
-                if raw > limit:
-                    raise too_large(limit, "body")
-                for piece in decode(decoders, data):
-                    size += len(piece)
-                    if size > limit:
-                        raise too_large(limit, "decoded body")
-                    chunks.append(piece)
+        async for data in raw_body():
+            raw += len(data)
+            counted(len(data))
+            if raw > limit:
+                raise too_large(limit, "body")
+            for piece in decode(decoders, data):
+                size += len(piece)
+                if size > limit:
+                    raise too_large(limit, "decoded body")
+                chunks.append(piece)
         for piece in decode_flush(decoders):
             size += len(piece)
             if size > limit:

@@ -43,7 +43,14 @@ Contract:
 * **Ownership.** `run` creates its `httpx.AsyncClient` and closes it when it ends, cancelled or
   not; an injected ``client`` belongs to the caller and is never closed here (its TLS and proxy
   settings then apply; timeouts and headers are still set per request). Every response is
-  closed on every path: success, error, size limit and cancellation.
+  closed on every path: success, error, size limit and cancellation. With the owned client the
+  whole request runs in a managed worker task (`upstream.http_exchange.in_worker`), its response
+  is closed in a shielded child task, then its raw iterator is unrolled and closed
+  (`upstream.http_exchange.ResponseHolder`), and its direct connections go through
+  `upstream.http_network.OwnedTransport` (a cancelled TLS handshake closes its socket). A close
+  error never replaces the original failure or cancellation; a cancelled poll is no failure.
+* **Byte quota.** `quota` holds the body bytes a poll buffered until its cleanup and the parse
+  ended; no partial body is ever parsed or emitted.
 """
 
 from __future__ import annotations
@@ -70,6 +77,8 @@ from upstream.http_body import (
     digest_and_parse,
     read_body,
 )
+from upstream.http_exchange import ByteQuota, ResponseHolder, in_worker
+from upstream.http_network import OwnedTransport
 from upstream.http_rules import (
     DEFAULT_PORTS,
     SecretHeaders,
@@ -185,6 +194,8 @@ class HttpSource(HoldsExports):
         #: A valid export held back because its build time is ahead of the wall clock.
         self._held: HeldExport | None = None
         self._wake: anyio.Event | None = None
+        #: The body bytes the current poll buffered, held until its cleanup and build ended.
+        self.quota = ByteQuota()
 
     def __repr__(self) -> str:
         return f"HttpSource(name={self.name!r}, url={str(self.url)!r})"
@@ -251,13 +262,18 @@ class HttpSource(HoldsExports):
             raise SourceSetupError(f"cannot use CA file {self._ca_file}: {exc}") from None
 
     def _make_client(self) -> httpx.AsyncClient:
-        """The client `run` owns (proxies from the environment, as httpx does by default)."""
+        """The client `run` owns; its direct connections go through `OwnedTransport`.
+
+        Proxies from the environment apply as httpx does by default (through its own transports).
+        """
         assert self._verify is not None, "prepare() loads the trust store first"
+        limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
         return httpx.AsyncClient(
             verify=self._verify,
             timeout=self.timeout,
             follow_redirects=False,
-            limits=httpx.Limits(max_connections=2, max_keepalive_connections=1),
+            limits=limits,
+            transport=OwnedTransport(verify=self._verify, limits=limits),
         )
 
     @asynccontextmanager
@@ -266,8 +282,11 @@ class HttpSource(HoldsExports):
             yield self._client
             return
         await self.prepare()
-        async with self._make_client() as client:
+        client = self._make_client()
+        try:
             yield client
+        finally:
+            await in_worker(lambda: _close_shielded(client))
 
     def _backoff(self, failure: PollError) -> float:
         delay = jittered_backoff(self.failures, self.retry_initial, self.retry_max)
@@ -281,6 +300,14 @@ class HttpSource(HoldsExports):
         self, client: httpx.AsyncClient, sink: DeliverySink
     ) -> tuple[bool, PollError | None]:
         """(emitted, the environment failure to retry soon, if any)."""
+        try:
+            return await self._poll_once(client, sink)
+        finally:
+            self.quota.release()
+
+    async def _poll_once(
+        self, client: httpx.AsyncClient, sink: DeliverySink
+    ) -> tuple[bool, PollError | None]:
         started = self.clock.monotonic()
         try:
             try:
@@ -319,15 +346,20 @@ class HttpSource(HoldsExports):
         return self._evaluated(response, parsed, started, sink), None
 
     async def _fetch(self, client: httpx.AsyncClient) -> Response:
+        """The exchange; with the owned client in a managed worker task (`in_worker`)."""
+        if self._client is None:
+            return await in_worker(lambda: self._exchange(client))
+        return await self._exchange(client)
+
+    async def _exchange(self, client: httpx.AsyncClient) -> Response:
         url = self.url
         for _ in range(MAX_REDIRECTS + 1):
-            async with client.stream(
-                "GET",
-                url,
-                headers=self._request_headers(url),
-                timeout=self.timeout,
-                follow_redirects=False,
-            ) as response:
+            request = client.build_request(
+                "GET", url, headers=self._request_headers(url), timeout=self.timeout
+            )
+            response = await client.send(request, stream=True, follow_redirects=False)
+            holder = ResponseHolder(response, built_in=self._client is None, name=self.name)
+            try:
                 code = response.status_code
                 if code in REDIRECT_STATUSES:
                     url = self._redirect_target(url, response)
@@ -340,7 +372,9 @@ class HttpSource(HoldsExports):
                     )
                 if code != 200:
                     raise self._status_failure(response)
-                return await read_body(response, self.max_bytes, self._count)
+                return await read_body(response, holder.raw, self.max_bytes, self._count)
+            finally:
+                await holder.release()
         raise PollError("http", f"more than {MAX_REDIRECTS} redirects")
 
     def _request_headers(self, url: httpx.URL) -> dict[str, str]:
@@ -392,6 +426,7 @@ class HttpSource(HoldsExports):
 
     def _count(self, raw: int) -> None:
         self.status.bytes_read += raw
+        self.quota.take(raw)
 
     # ------------------------------------------------------------ status updates
 
@@ -452,3 +487,9 @@ class HttpSource(HoldsExports):
 
     def _location(self) -> str:
         return str(self.url)
+
+
+async def _close_shielded(client: httpx.AsyncClient) -> None:
+    """Close the owned client's pool (in `in_worker`: a native cancel cannot cut it short)."""
+    with anyio.CancelScope(shield=True):
+        await client.aclose()

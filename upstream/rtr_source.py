@@ -266,7 +266,7 @@ class RtrSource:
                 with anyio.fail_after(self.connect_timeout):
                     stream = await anyio.connect_tcp(self.host, self.port)
             except (OSError, TimeoutError) as exc:
-                self._failed("connect", f"cannot connect to {self.cache}: {exc or 'timeout'}")
+                self._failed("connect", f"cannot connect to {self.cache}: {str(exc) or 'timeout'}")
                 return False
             _enable_keepalive(stream)
             self.connected = self.status.connected = True

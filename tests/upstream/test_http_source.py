@@ -46,10 +46,10 @@ FAST = {
 
 pytestmark = [
     pytest.mark.anyio,
-    # A body left early (size limit) leaves httpx's and httpcore's nested async generators to
-    # the garbage collector, and trio warns about each (encode/httpx#3686, fix pending in #3777).
-    # The connection is closed regardless: the tests check that the server sees it go.
-    pytest.mark.filterwarnings(r"ignore:Async generator 'http(x|core)\.:ResourceWarning"),
+    # A body left early (size limit, cancellation) is unrolled after the response is closed, so
+    # httpx's and httpcore's nested async generators end instead of being left to the garbage
+    # collector (on trio each would warn, encode/httpx#3686): any ResourceWarning fails a test.
+    pytest.mark.filterwarnings("error::ResourceWarning"),
 ]
 
 
