@@ -49,6 +49,17 @@ def config(source: Path, db: Path, **kw: Any) -> ClientConfig:
     )
 
 
+async def commit_once(cfg: ClientConfig) -> None:
+    """Run a client on ``cfg`` until its first state is committed, then close it."""
+    async with Client(cfg) as client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        with anyio.fail_after(TIMEOUT):
+            await client.wait_ready()
+            await client.flush()
+        await client.aclose()
+        tg.cancel_scope.cancel()
+
+
 async def test_entering_opens_and_recovers_and_a_second_owner_is_refused(tmp_path: Path) -> None:
     source, db = tmp_path / "export.json", tmp_path / "state.db"
     write_atomically(source, export(B))
@@ -228,13 +239,7 @@ async def test_the_configured_limits_bound_the_recovery_read_and_follow_apply_co
     through the worker's queue, so it bounds the next transaction, not a running one."""
     source, db = tmp_path / "export.json", tmp_path / "state.db"
     write_atomically(source, export(B))
-    async with Client(config(source, db)) as first, anyio.create_task_group() as tg:
-        await tg.start(first.run)
-        with anyio.fail_after(TIMEOUT):
-            await first.wait_ready()
-            await first.flush()
-        await first.aclose()
-        tg.cancel_scope.cancel()
+    await commit_once(config(source, db))
     strict = Client(config(source, db, limits=Limits(max_supports=1)))
     with pytest.raises(LimitExceededError):
         await strict.__aenter__()  # two VRPs stored: nothing of them is built
@@ -293,13 +298,7 @@ async def test_a_configured_source_without_data_is_stored_as_a_placeholder(
         poll_interval=0.05,
         state=StateLocation("sqlite", db),
     )
-    async with Client(both) as client, anyio.create_task_group() as tg:
-        await tg.start(client.run)
-        with anyio.fail_after(TIMEOUT):
-            await client.wait_ready()
-            await client.flush()
-        await client.aclose()
-        tg.cancel_scope.cancel()
+    await commit_once(both)
     with sqlite3.connect(db) as conn:
         rows = conn.execute("SELECT name, complete, selected FROM sources ORDER BY name")
         stored = rows.fetchall()
@@ -367,13 +366,7 @@ async def test_a_source_whose_identity_changed_is_not_revived(tmp_path: Path) ->
     """P-52: same name, kind and path, another validity policy: the stored payload stays out."""
     source, db = tmp_path / "export.json", tmp_path / "state.db"
     write_atomically(source, export(B))
-    async with Client(config(source, db)) as first, anyio.create_task_group() as tg:
-        await tg.start(first.run)
-        with anyio.fail_after(TIMEOUT):
-            await first.wait_ready()
-            await first.flush()
-        await first.aclose()
-        tg.cancel_scope.cancel()
+    await commit_once(config(source, db))
     with sqlite3.connect(db) as conn:
         (stored,) = conn.execute("SELECT identity FROM sources").fetchone()
     conn.close()
