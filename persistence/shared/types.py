@@ -1,7 +1,8 @@
 """The shared reader's configuration, snapshot, status and event types, and one watch's queue.
 
 `SharedSnapshot` refuses a kind past its usable-until time (`SnapshotExpiredError`, judged at
-the reader's own effective time); `SharedWatch` is one subscriber's bounded queue whose
+the reader's own effective time), and every kind of a state the reader refused (its write time
+too far ahead of the wall clock); `SharedWatch` is one subscriber's bounded queue whose
 overflow or a change of the writer's publish identity turns into a sticky `ResyncRequiredError`.
 """
 
@@ -16,13 +17,16 @@ from typing import Self
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from persistence.clock import Clock
 from snapshot.kinds import PayloadKind
 from snapshot.lifecycle import Lifecycle
 from snapshot.queries import ResyncRequiredError, SnapshotView
+from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
 
 __all__ = [
     "CLOSE_DEADLINE",
+    "DEFAULT_CLOCK_TOLERANCE",
     "ReaderState",
     "SharedEvent",
     "SharedReaderConfig",
@@ -33,6 +37,10 @@ __all__ = [
 
 #: The fixed bound on how long `aclose` waits for the owner thread (P-72).
 CLOSE_DEADLINE = 5.0
+
+#: How far the wall clock may be behind a state's write time before the state is refused (the
+#: upstream client's default ``clock_tolerance``: an owner and its readers use the same).
+DEFAULT_CLOCK_TOLERANCE = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,10 +56,24 @@ class SharedReaderConfig:
     wall: Callable[[], float] = time.time
     #: Longest sleep of the expiry timer between two looks at the clock.
     recheck: float = 1.0
+    #: The wall and monotonic clocks together (a host's own, `persistence.clock.Clock`); when
+    #: given, ``wall`` is not used. The effective time is carried on its monotonic clock.
+    clock: Clock | None = None
+    #: A state written further ahead of the raw wall clock than this is refused (not served).
+    clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE
+    #: The reader's own SLURM policy, applied to every snapshot it builds (None from the call:
+    #: not valid yet, nothing new is built); without it the stored payload is served as it is.
+    #: Tell the reader of a change with `SharedSnapshotClient.policy_changed`.
+    policy: Callable[[], SlurmPolicy | None] | None = None
+    #: Entering waits (retrying every ``poll_interval``) until the file can be opened and read,
+    #: instead of failing: a reader started before its owner.
+    wait_for_file: bool = False
 
     def __post_init__(self) -> None:
         if not self.poll_interval > 0 or not self.recheck > 0:
             raise ValueError("poll_interval and recheck must be positive")
+        if not self.clock_tolerance > 0:
+            raise ValueError("clock_tolerance must be positive")
         if self.queue_size < 1:
             raise ValueError("queue_size must be at least 1")
 
@@ -77,6 +99,9 @@ class SharedSnapshot:
     evaluated_at: float
     #: The reader's effective clock (`check` reads it when no ``now`` is given).
     clock: Callable[[], float] | None = field(default=None, compare=False)
+    #: The state was refused (written too far ahead of the wall clock): the snapshot is empty
+    #: and no kind is usable.
+    refused: bool = False
 
     @property
     def version(self) -> tuple[int, int]:
@@ -95,6 +120,8 @@ class SharedSnapshot:
 
     def usable(self, kind: PayloadKind, now: float) -> bool:
         """Whether ``kind`` may still be used at ``now``."""
+        if self.refused:
+            return False
         until = self.usable_until_by_kind.get(kind)
         return until is None or now < until
 
@@ -128,11 +155,19 @@ class SharedStatus:
     #: The kinds usable now.
     ready_kinds: frozenset[PayloadKind]
     cleanup_overdue: bool = False
+    #: False while the state read last is refused (the wall clock too far behind its write time).
+    trusted: bool = True
+    #: Complete states read, and failed reads, so far.
+    reads: int = 0
+    read_errors: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class SharedEvent:
-    """A new snapshot; ``kind`` is ``initial``, ``changed``, ``coalesced`` or ``expired``.
+    """A new snapshot, of ``kind`` initial, changed, coalesced, expired, refused, trusted or policy.
+
+    ``refused``: the state is not trusted (an empty snapshot); ``trusted``: trusted again;
+    ``policy``: the reader's SLURM policy changed.
 
     ``start`` and ``end`` are the (epoch, generation) versions the diff goes between (a
     ``coalesced`` one skipped the generations between them); ``added``/``removed`` count the
