@@ -26,13 +26,13 @@ from anyio.abc import TaskStatus
 
 from persistence.clock import Clock
 from persistence.shared import (
+    DEFAULT_CLOCK_TOLERANCE,
     ReaderState,
     ResyncRequiredError,
     SharedReaderConfig,
     SharedSnapshot,
     SharedSnapshotClient,
 )
-from persistence.shared.types import DEFAULT_CLOCK_TOLERANCE
 from persistence.state import StateId
 from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
 from snapshot.snapshot import Snapshot
