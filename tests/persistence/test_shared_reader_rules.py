@@ -7,7 +7,6 @@ reader on an injected fake clock (`SharedReaderConfig.clock`).
 
 from __future__ import annotations
 
-import dataclasses
 import ipaddress
 import logging
 import time
@@ -68,10 +67,11 @@ async def reading(config: SharedReaderConfig) -> AsyncIterator[SharedSnapshotCli
         tg.cancel_scope.cancel()
 
 
-def fast(path: Path, clock: FakeClock, **options: object) -> SharedReaderConfig:
-    return dataclasses.replace(
-        SharedReaderConfig(path, poll_interval=0.02, recheck=0.05, clock=clock), **options
-    )
+def fast(
+    path: Path, clock: FakeClock, policy: Callable[[], SlurmPolicy | None] | None = None
+) -> SharedReaderConfig:
+    """A fast-polling reader of ``path`` on ``clock`` (with ``policy``, if given)."""
+    return SharedReaderConfig(path, poll_interval=0.02, recheck=0.05, clock=clock, policy=policy)
 
 
 async def next_event(watch: SharedWatch) -> SharedEvent:
