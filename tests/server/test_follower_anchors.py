@@ -3,9 +3,9 @@
 `judge_state` judges each source at its own time (never another source's), the shared reader pins
 each source's ``evaluated_at`` to its monotonic clock (`TimeKeeper.pin`, in
 `persistence.shared.judging.ReaderTime`) and wakes for a change only in the kinds a source is
-selected for; the owner stores the time a build judged each
-source at. Follower tests run on real SQLite files written by the backend (see
-``test_follower_time``, whose writer and follower they share).
+selected for; the owner stores the time a build judged each source at. Follower tests run on
+real SQLite files written by the backend (see ``test_follower_time``, whose writer and follower
+they share).
 """
 
 from __future__ import annotations
