@@ -82,11 +82,11 @@ class StateFollower:
                 path,
                 poll_interval=poll,
                 recheck=recheck,
-                clock=clock,
                 clock_tolerance=clock_tolerance,
                 policy=policy,
                 wait_for_file=True,
-            )
+            ),
+            _clock=clock,
         )
         self.publish = publish
         self._published = 0

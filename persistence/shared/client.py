@@ -32,6 +32,7 @@ from typing import Self
 import anyio
 from anyio.abc import TaskStatus
 
+from persistence.clock import Clock
 from persistence.errors import PersistenceError
 from persistence.shared.convert import count_diff, judge_state
 from persistence.shared.judging import ReaderTime, WallClock, digests_of
@@ -69,14 +70,19 @@ def _utc(seconds: float) -> str:
 class SharedSnapshotClient:
     """Follows another process's SQLite state read-only and hands out immutable snapshots."""
 
-    def __init__(self, config: SharedReaderConfig) -> None:
-        """Remember ``config``; nothing is opened here."""
+    def __init__(self, config: SharedReaderConfig, *, _clock: Clock | None = None) -> None:
+        """Remember ``config``; nothing is opened here.
+
+        ``_clock`` (private, like `upstream.client.Client`'s: tests and rtr-serve's own parts)
+        replaces the wall clock of ``config`` and the real monotonic clock, which carries the
+        reader's effective time forward; there is no public clock API.
+        """
         self.config = config
         self._store = SQLiteStore(config.path, read_only=True)
         self._worker = WorkerThread("sqlite-shared-reader")
         self._state = ReaderState.CREATED
         #: The reader's effective time, its sources' anchors, the clock tolerance.
-        self.time = ReaderTime(config.clock or WallClock(config.wall), config.clock_tolerance)
+        self.time = ReaderTime(_clock or WallClock(config.wall), config.clock_tolerance)
         self._held: Held | None = None
         self._current: SharedSnapshot | None = None
         self._error: str | None = None

@@ -17,7 +17,6 @@ from typing import Self
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
-from persistence.clock import Clock
 from snapshot.kinds import PayloadKind
 from snapshot.lifecycle import Lifecycle
 from snapshot.queries import ResyncRequiredError, SnapshotView
@@ -56,9 +55,6 @@ class SharedReaderConfig:
     wall: Callable[[], float] = time.time
     #: Longest sleep of the expiry timer between two looks at the clock.
     recheck: float = 1.0
-    #: The wall and monotonic clocks together (a host's own, `persistence.clock.Clock`); when
-    #: given, ``wall`` is not used. The effective time is carried on its monotonic clock.
-    clock: Clock | None = None
     #: A state written further ahead of the raw wall clock than this is refused (not served).
     clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE
     #: The reader's own SLURM policy, applied to every snapshot it builds (None from the call:

@@ -2,7 +2,7 @@
 again), its time carried on the monotonic clock, the reader's SLURM policy, waiting for the file.
 
 A real SQLite owner in this process whose wall clock (hence ``written_at``) the test sets, and a
-reader on an injected fake clock (`SharedReaderConfig.clock`).
+reader on an injected fake clock (the private ``_clock`` hook).
 """
 
 from __future__ import annotations
@@ -59,19 +59,20 @@ class Owner:
 
 
 @asynccontextmanager
-async def reading(config: SharedReaderConfig) -> AsyncIterator[SharedSnapshotClient]:
-    """An entered, running reader (closed at the end)."""
-    async with SharedSnapshotClient(config) as reader, anyio.create_task_group() as tg:
+async def reading(
+    config: SharedReaderConfig, clock: FakeClock
+) -> AsyncIterator[SharedSnapshotClient]:
+    """An entered, running reader on ``clock`` (the private hook; closed at the end)."""
+    reader = SharedSnapshotClient(config, _clock=clock)
+    async with reader, anyio.create_task_group() as tg:
         await tg.start(reader.run)
         yield reader
         tg.cancel_scope.cancel()
 
 
-def fast(
-    path: Path, clock: FakeClock, policy: Callable[[], SlurmPolicy | None] | None = None
-) -> SharedReaderConfig:
-    """A fast-polling reader of ``path`` on ``clock`` (with ``policy``, if given)."""
-    return SharedReaderConfig(path, poll_interval=0.02, recheck=0.05, clock=clock, policy=policy)
+def fast(path: Path, policy: Callable[[], SlurmPolicy | None] | None = None) -> SharedReaderConfig:
+    """A fast-polling reader of ``path`` (with ``policy``, if given)."""
+    return SharedReaderConfig(path, poll_interval=0.02, recheck=0.05, policy=policy)
 
 
 async def next_event(watch: SharedWatch) -> SharedEvent:
@@ -96,7 +97,7 @@ async def test_a_state_written_too_far_ahead_is_refused_until_the_clock_catches_
     owner = Owner(path)
     await owner.commit(lambda s, i: state(s, i, W))
     clock = FakeClock(wall=W + 1)
-    async with reading(fast(path, clock)) as reader:
+    async with reading(fast(path), clock) as reader:
         assert reader.get_status().trusted
         async with reader.watch() as watch:
             assert (await next_event(watch)).kind == "initial"
@@ -133,7 +134,7 @@ async def test_a_refused_state_does_not_raise_the_readers_time(tmp_path: Path) -
     owner.wall = W + 1000
     await owner.commit(lambda s, i: state(s, i, W + 1000))
     clock = FakeClock(wall=W)
-    async with reading(fast(path, clock)) as reader:
+    async with reading(fast(path), clock) as reader:
         snap = reader.get_snapshot()
         assert snap is not None
         assert snap.refused
@@ -160,7 +161,7 @@ async def test_the_readers_time_is_carried_on_its_monotonic_clock(tmp_path: Path
 
     await owner.commit(stored)
     clock = FakeClock(wall=W + 40)
-    async with reading(fast(path, clock)) as reader:
+    async with reading(fast(path), clock) as reader:
         assert reader.now() == W + 50  # raised to the state's write time
         assert prefixes(reader) == {"10.0.0.0/16", "10.1.0.0/16"}
         snap = reader.get_snapshot()
@@ -194,8 +195,8 @@ async def test_the_readers_slurm_policy_is_applied_and_a_change_rejudges(tmp_pat
     await owner.commit(lambda s, i: state(s, i, W, vrp_ends=(W + 1000,)))
     policy: list[SlurmPolicy | None] = [None]
     clock = FakeClock(wall=W + 1)
-    config = fast(path, clock, policy=lambda: policy[0])
-    async with reading(config) as reader:
+    config = fast(path, policy=lambda: policy[0])
+    async with reading(config, clock) as reader:
         assert reader.get_snapshot() is None  # the policy is not valid yet: nothing is built
         async with reader.watch() as watch:
             policy[0] = drop("10.1.0.0/16")
@@ -216,7 +217,7 @@ async def test_without_a_policy_the_stored_payload_is_served(tmp_path: Path) -> 
     path = tmp_path / "state.db"
     owner = Owner(path)
     await owner.commit(lambda s, i: state(s, i, W, vrp_ends=(W + 1000,)))
-    async with reading(fast(path, FakeClock(wall=W + 1))) as reader:
+    async with reading(fast(path), FakeClock(wall=W + 1)) as reader:
         assert prefixes(reader) == {"10.0.0.0/16", "10.1.0.0/16"}
     await owner.db.close()
 
