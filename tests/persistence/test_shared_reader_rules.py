@@ -1,5 +1,6 @@
 """The shared reader's own rules at the library level: the clock tolerance (refusal and trust
-again), its time carried on the monotonic clock, the reader's SLURM policy, waiting for the file.
+again), its time carried on the monotonic clock, the reader's SLURM policy, waiting for the file,
+and overlapping re-judgings (only a newer view replaces the current one).
 
 A real SQLite owner in this process whose wall clock (hence ``written_at``) the test sets, and a
 reader on an injected fake clock (the private ``_clock`` hook).
@@ -9,10 +10,12 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -26,6 +29,8 @@ from persistence.shared import (
     SharedWatch,
     SnapshotExpiredError,
 )
+from persistence.shared import client as shared_client
+from persistence.shared.convert import judge_state
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistedState, StateId
 from snapshot.kinds import PayloadKind
@@ -268,3 +273,44 @@ async def test_a_wait_for_the_file_is_cancelled_and_closes(tmp_path: Path) -> No
     with anyio.move_on_after(0.2):
         await reader.__aenter__()
     assert reader.get_status().state.value == "closed"
+
+
+async def test_an_older_judging_finishing_last_never_replaces_a_newer_view(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A policy re-judging of generation 1 is held in its thread while generation 2 is read and
+    # judged; when the old one finishes it is dropped: views only move forward.
+    path = tmp_path / "state.db"
+    owner = Owner(path)
+    await owner.commit(lambda s, i: state(s, i, W))
+    gate, held = threading.Event(), threading.Event()
+    armed = [False]
+
+    def gated(*args: Any, **kwargs: Any) -> Any:
+        if armed[0]:
+            armed[0] = False
+            held.set()
+            gate.wait(TIMEOUT)
+        return judge_state(*args, **kwargs)
+
+    monkeypatch.setattr(shared_client, "judge_state", gated)
+    config = fast(path, policy=lambda: drop("192.0.2.0/24"))
+    async with reading(config, FakeClock(wall=W + 1)) as reader, reader.watch() as watch:
+        assert (await next_event(watch)).end == (1, 1)
+        armed[0] = True
+        reader.policy_changed()
+        with anyio.fail_after(TIMEOUT):
+            await anyio.to_thread.run_sync(held.wait)
+        await owner.commit(lambda s, i: state(s, i, W, asn=64497))
+        changed = await next_event(watch)
+        assert (changed.kind, changed.end) == ("changed", (1, 2))
+        gate.set()
+        await anyio.sleep(0.3)
+        snap = reader.get_snapshot()
+        assert snap is not None
+        assert snap.generation == 2
+        assert {v.asn for v in snap.snapshot.vrps()} == {64497}
+        with anyio.move_on_after(0.2):
+            later = await watch.__anext__()
+            assert later.end == (1, 2), later  # a re-judging of the newer state only
+    await owner.db.close()
