@@ -20,6 +20,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+from contextlib import AsyncExitStack
 from pathlib import Path
 
 import anyio
@@ -62,25 +63,14 @@ def withdraw_first_roa(export: Path) -> None:
     tmp.replace(export)
 
 
-async def open_when_written(config: SharedReaderConfig) -> SharedSnapshotClient:
-    """Enter a reader once the owner has created its file (a reader never creates one)."""
-    while True:
-        reader = SharedSnapshotClient(config)
-        try:
-            return await reader.__aenter__()
-        except Exception:  # noqa: BLE001 - not written yet: look again shortly
-            await anyio.sleep(0.2)
-
-
 async def read(state: Path, export: Path) -> None:
     """Open a reader on the owner's ``state`` and follow it through one change of ``export``."""
-    config = SharedReaderConfig(state, poll_interval=0.2)
-    with anyio.fail_after(DEADLINE):
-        reader = await open_when_written(config)
-    try:
+    # A reader never creates the file: entering waits until the owner has written it.
+    config = SharedReaderConfig(state, poll_interval=0.2, wait_for_file=True)
+    async with AsyncExitStack() as stack:
+        with anyio.fail_after(DEADLINE):
+            reader = await stack.enter_async_context(SharedSnapshotClient(config))
         await follow(reader, export)
-    finally:
-        await reader.aclose()
 
 
 async def follow(reader: SharedSnapshotClient, export: Path) -> None:

@@ -8,7 +8,8 @@ thread, swapped into the server in one assignment): the client hands each snapsh
 the recovered one first, to the app's publish hook (`App.publish`), then commits its state
 with the serial and session ids it is served under (`upstream.delivery`). With
 ``--state-reader`` the app follows another process's SQLite state
-(`rtr_server.follower.StateFollower`) instead of running sources.
+(`rtr_server.follower.StateFollower`, on the public shared reader
+`persistence.shared.SharedSnapshotClient`) instead of running sources.
 
 `App.stop` makes the client close in order (`Client.close_report`: the sources stop, the final
 view is served and committed within ``--flush-timeout``), then the listeners close;
@@ -42,7 +43,7 @@ from snapshot.publisher import PublishedState, Publisher, SessionIds
 from snapshot.snapshot import Snapshot
 from upstream.client import Client
 from upstream.clock import Clock
-from upstream.closing import Publication, ShutdownReport, StopRequest, close_store
+from upstream.closing import Publication, ShutdownReport, StopRequest
 from upstream.recovery import RecoveryPlan
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
@@ -216,10 +217,9 @@ class App:
         report.log(log)
 
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
-        backend = self.reader_backend = location.make_backend(read_only=True, wall=self.clock.wall)
         slurm = SlurmFiles(self.config.slurm, poll_interval=self.config.poll_interval)
         follower = StateFollower(
-            backend,
+            location.path,
             self.clock,
             self.publishing.publish,
             poll=self.config.reader_poll,
@@ -237,7 +237,7 @@ class App:
             # A follower persists nothing.
             self.shutdown = ShutdownReport(persisted=None, message="")
         finally:
-            self._reader_close_error = await close_store(backend, self._reader_close_error)
+            self._reader_close_error = follower.close_error
 
     async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
         await self._stop.wait()

@@ -9,10 +9,9 @@ network). Expiry is never recomputed from the restart time; raw expiries are kep
 
 Each source is judged at its own time: the state's floor (a lower bound of UTC for every source
 the state holds) raised by that source's own ``evaluated_at``, never by another source's; a
-valid state's ``written_at`` is no earlier than any ``evaluated_at`` (the read checks it), so a
-source's own time differs from the state's floor only as a reader carries it forward
-(`serve_at`'s ``own``). Its next change point is the first expiry after its own time among the
-kinds it is selected for.
+valid state's ``written_at`` is no earlier than any ``evaluated_at`` (the read checks it). A
+reader of another process's state judges it by `persistence.shared` (the same rule, with each
+source's own time carried forward on the reader's clock).
 """
 
 from __future__ import annotations
@@ -273,88 +272,6 @@ def plan_recovery(
         snapshot = merge_and_apply(_chosen(selected), policy)
         plan.snapshot = None if snapshot.is_empty() else snapshot
     return plan
-
-
-@dataclass(frozen=True, slots=True)
-class ServedSource:
-    """One stored source as a reader serves it."""
-
-    name: str
-    payload: SourcePayload
-    #: The kinds it was selected for.
-    kinds: frozenset[PayloadKind]
-    #: The effective time (seconds) the owner last evaluated it at: its own time anchor.
-    evaluated: float
-    #: Its representation (`SourceRecord.content_digest`): seen again in a later state, it
-    #: keeps the reader's anchor.
-    content: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class ServedState:
-    """A stored state converted once for serving: selected sources and the state's floor."""
-
-    written: float
-    #: Each source selected for some kind (sources selected for none are left out).
-    sources: tuple[ServedSource, ...]
-    #: The stored state's id (for the log).
-    state_id: StateId | None = None
-    #: Its ``observed_at`` (seconds).
-    observed: float = 0.0
-
-    @property
-    def floor(self) -> float:
-        """The lower bound of UTC the state shows for every source: written and observed."""
-        return max(self.written, self.observed)
-
-
-def served_state(header: StateHeader, state: PersistedState) -> ServedState:
-    """Convert ``state`` for `serve_at` (the costly part, done once per stored state)."""
-    return ServedState(
-        header.written_at / US_PER_SECOND,
-        tuple(
-            ServedSource(
-                record.name,
-                to_payload(record),
-                frozenset(PayloadKind(k) for k in record.selected),
-                record.evaluated_at / US_PER_SECOND,
-                record.content_digest(),
-            )
-            for record in state.sources
-            if record.selected
-        ),
-        header.state_id,
-        state.observed_at / US_PER_SECOND,
-    )
-
-
-def serve_at(
-    served: ServedState,
-    *,
-    now: float,
-    policy: SlurmPolicy = EMPTY_POLICY,
-    own: Mapping[str, float] | None = None,
-) -> tuple[Snapshot, dict[str, float]]:
-    """What a reader serves at effective time ``now``, and each source's next change point.
-
-    The same selection as the owner's publish: each source's payload for the kinds it was
-    selected for, judged at its own time: ``now`` (the reader's effective time,
-    `upstream.timekeeper.TimeKeeper.now`) but never earlier than the state's floor nor than
-    the source's own time in ``own`` (its ``evaluated_at`` as the reader carries it; the
-    stored one when absent). A source's next change point is on its own time: the first
-    expiry after it among its selected kinds (sources with none left are absent).
-    """
-    given = own or {}
-    floor = max(now, served.floor)
-    timed: list[tuple[SourcePayload, frozenset[PayloadKind], float]] = []
-    changes: dict[str, float] = {}
-    for source in served.sources:
-        at = max(floor, given.get(source.name, source.evaluated))
-        timed.append((source.payload, source.kinds, at))
-        firsts = [source.payload.earliest_expiry_after(math.floor(at), k) for k in source.kinds]
-        if ahead := [float(t) for t in firsts if t is not None]:
-            changes[source.name] = min(ahead)
-    return merge_and_apply(_chosen(timed), policy), changes
 
 
 def _chosen(

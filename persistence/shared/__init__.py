@@ -8,6 +8,7 @@ time. Importing this module pulls in neither duckdb, nor the upstream or server 
 from persistence.shared.client import SharedSnapshotClient
 from persistence.shared.types import (
     CLOSE_DEADLINE,
+    DEFAULT_CLOCK_TOLERANCE,
     Afi,
     ReaderState,
     SharedEvent,
@@ -23,6 +24,7 @@ from snapshot.queries import ResyncRequiredError, SnapshotExpiredError
 
 __all__ = [
     "CLOSE_DEADLINE",
+    "DEFAULT_CLOCK_TOLERANCE",
     "Afi",
     "ReaderState",
     "ResyncRequiredError",

@@ -4,7 +4,9 @@ Contract (persistence contract, shared reading, P-61/P-68): every build of a sna
 a worker thread admitted by one reader-owned `anyio.CapacityLimiter` of
 `SharedReaderLimits.max_concurrent_builds` slots, never AnyIO's process-wide default limiter.
 At most one build per purpose is admitted or waiting at a time: one database-header candidate
-and one local-time calibration. With one slot a calibration waits until an admitted header
+and one local-time calibration (a re-judging of the held state: expiry, trust, the reader's
+SLURM policy). A header's costly preparation (its sources' digests) runs in a slot under the
+same rule (`run`). With one slot a calibration waits until an admitted header
 build's thread really ended. A build whose task is cancelled while its thread runs keeps its
 slot until the thread returns (the thread is never abandoned), so neither cancel nor close
 frees a slot a thread still holds.
@@ -13,19 +15,36 @@ frees a slot a thread still holds.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
+from typing import Protocol, TypeVar
 
 import anyio
 
-from persistence.shared.convert import judge_state
+from persistence.shared import convert
 from persistence.state import PersistedState
 from snapshot.kinds import PayloadKind
+from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
 
 __all__ = ["BuildPurpose", "BuildSlots", "Judge"]
 
-#: What a build runs in its thread: the state judged at a time.
-Judge = Callable[[PersistedState, float], tuple[Snapshot, dict[PayloadKind, float | None]]]
+T = TypeVar("T")
+
+
+class Judge(Protocol):
+    """What a build runs in its thread: the state judged at a time (`convert.judge_state`)."""
+
+    def __call__(
+        self,
+        state: PersistedState,
+        now: float,
+        *,
+        own: Mapping[str, float] | None = None,
+        policy: SlurmPolicy | None = None,
+    ) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
+        """The snapshot of ``state`` at ``now`` and each kind's usable-until time."""
+        ...
 
 
 class BuildPurpose(enum.Enum):
@@ -38,12 +57,12 @@ class BuildPurpose(enum.Enum):
 class BuildSlots:
     """The reader-owned build slots and the builds in flight."""
 
-    def __init__(self, slots: int, judge: Judge = judge_state) -> None:
+    def __init__(self, slots: int, judge: Judge | None = None) -> None:
         """``slots`` threads at most; nothing runs until `build` (no event loop needed)."""
         self.total = slots
         self._limiter = anyio.CapacityLimiter(slots)
         #: The pure conversion a build runs (tests put a gated one here).
-        self.judge = judge
+        self.judge: Judge = judge or convert.judge_state
         self._in_flight: set[BuildPurpose] = set()
 
     @property
@@ -61,9 +80,21 @@ class BuildSlots:
         return purpose in self._in_flight
 
     async def build(
-        self, purpose: BuildPurpose, state: PersistedState, now: float
+        self,
+        purpose: BuildPurpose,
+        state: PersistedState,
+        now: float,
+        *,
+        own: Mapping[str, float] | None = None,
+        policy: SlurmPolicy | None = None,
     ) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
-        """Judge ``state`` at ``now`` in a managed thread holding one slot.
+        """Judge ``state`` at ``now`` (sources at ``own``, under ``policy``) in a slot."""
+        return await self.run(
+            purpose, functools.partial(self.judge, state, now, own=own, policy=policy)
+        )
+
+    async def run(self, purpose: BuildPurpose, job: Callable[[], T]) -> T:
+        """Run ``job`` for ``purpose`` in a managed thread holding one slot.
 
         Cancelled while waiting for a slot, it leaves at once; cancelled while its thread
         runs, it returns (raising the cancellation) only after the thread ended, holding the
@@ -77,7 +108,7 @@ class BuildSlots:
         self._in_flight.add(purpose)
         try:
             return await anyio.to_thread.run_sync(
-                self.judge, state, now, abandon_on_cancel=False, limiter=self._limiter
+                job, abandon_on_cancel=False, limiter=self._limiter
             )
         finally:
             self._in_flight.discard(purpose)

@@ -2,20 +2,33 @@
 
 Contract (persistence contract, shared reading): the constructor does no I/O; entering the
 context opens the file read-only (``mode=ro``, no schema created, no writer lock) and recovers
-one complete state; ``await task_group.start(reader.run)`` polls the header (short read
-transactions) and reloads on a new state id, and re-judges the held state on its own expiry
-timer. One fixed owner thread serialises open, reads and close; snapshot builds (one header
-candidate, one local-time calibration) run in the reader's own bounded build slots
-(`BuildSlots`). `get_snapshot`, `get_status` and `get_metrics` run no SQL. `aclose` ends the
-subscriptions, cancels polling, waits for the reads and builds, closes the connection on the
-owner thread; beyond `CLOSE_DEADLINE` it reports ``cleanup_overdue`` and stays ``closing``
-(another `aclose` retries).
+one complete state (with ``wait_for_file``, it retries until the file can be opened and read);
+``await task_group.start(reader.run)`` polls the header (short read transactions) and reloads on
+a new state id, and re-judges the held state on its own timer: at the next usable-until time
+and at least every ``recheck`` seconds, also during a read failure (the last view serves only
+until its entries expire; the status reports it unavailable once the view held when the
+failure began ran out). Time and trust are `persistence.shared.judging`'s: a state written too
+far ahead of the wall clock is refused (an empty, unusable snapshot, one warning) until the
+clock is within the tolerance or a newer state passes. The optional SLURM policy of the config
+is applied to every view (`policy_changed` re-judges).
+
+Builds: every judging runs in the reader's own bounded build slots (`BuildSlots`): a header
+build (a new state, and its sources' digests) and a calibration (the held state judged again:
+expiry, trust, policy), at most one of each in flight. Each takes a sequence number when it
+starts and only a view newer than the current one replaces it: a calibration overtaken by a
+new header (or a later view) is dropped (a dropped policy judging is due again); a header
+build overtaken by a calibration that started later is judged again, at least that late, so it
+never brings back what that calibration withdrew. Events always diff against the view
+published last. One fixed owner thread serialises open, reads and close. `get_snapshot`,
+`get_status` and `get_metrics` run no SQL. `aclose` ends the subscriptions, cancels polling,
+waits for the reads and builds, closes the connection on the owner thread; beyond
+`CLOSE_DEADLINE` it reports ``cleanup_overdue`` and stays ``closing`` (another `aclose`
+retries).
 
 What a snapshot holds: the writer's stored source payloads of the kinds each source was
-selected for, judged at the reader's time. The store does not carry the owner's SLURM policy
-(the owner re-applies its own on recovery), so the reader applies none: its snapshots are
-the selected payloads before the owner's SLURM filters and assertions, never silently
-"re-applied".
+selected for, judged at the reader's time: the selected payloads before the owner's SLURM
+filters and assertions (the store does not carry the owner's policy), with the reader's own
+policy applied when it has one, never the owner's silently "re-applied".
 """
 
 from __future__ import annotations
@@ -29,9 +42,13 @@ from typing import Self
 import anyio
 from anyio.abc import TaskStatus
 
+from persistence.clock import Clock
 from persistence.errors import PersistenceError
+from persistence.shared.announce import event_kind, log_trust, notify, utc
 from persistence.shared.build_slots import BuildPurpose, BuildSlots
-from persistence.shared.convert import active_groups, floor_of
+from persistence.shared.convert import active_groups
+from persistence.shared.judging import ReaderTime, WallClock, digests_of
+from persistence.shared.samples import COUNTERS, ReaderFacts, metrics_of, ready_for, status_of
 from persistence.shared.types import (
     ALL_AFIS,
     CLOSE_DEADLINE,
@@ -45,11 +62,10 @@ from persistence.shared.types import (
     SharedWatch,
 )
 from persistence.sqlite_backend import SQLiteStore
-from persistence.state import PersistedState, StateHeader, seconds_to_us
+from persistence.state import US_PER_SECOND, PersistedState, StateHeader, seconds_to_us
 from persistence.worker_thread import WorkerThread
 from snapshot.kinds import PayloadKind
-from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, difference
-from snapshot.queries import ResyncRequiredError
+from snapshot.snapshot import EMPTY
 
 __all__ = ["SharedSnapshotClient"]
 
@@ -57,48 +73,44 @@ log = logging.getLogger(__name__)
 #: The kinds `wait_ready` may ask for.
 READY_KINDS = frozenset({PayloadKind.VRP, PayloadKind.ASPA})
 
-
-def _diff(old: SharedSnapshot, new: SharedSnapshot) -> tuple[int, int]:
-    added = removed = 0
-    for a, b, width in (
-        (old.snapshot.v4, new.snapshot.v4, V4_KEY_SIZE),
-        (old.snapshot.v6, new.snapshot.v6, V6_KEY_SIZE),
-    ):
-        plus, minus = difference(a, b, width)
-        added += len(plus) // width
-        removed += len(minus) // width
-    for was, now in (
-        (set(old.snapshot.router_keys), set(new.snapshot.router_keys)),
-        (set(old.snapshot.aspas), set(new.snapshot.aspas)),
-    ):
-        added += len(now - was)
-        removed += len(was - now)
-    return added, removed
-
-
-def _ready(
-    current: SharedSnapshot, wanted: frozenset[PayloadKind], families: frozenset[Afi], now: float
-) -> bool:
-    if PayloadKind.VRP in wanted and not current.usable(PayloadKind.VRP, now):
-        return False
-    return PayloadKind.ASPA not in wanted or all(current.aspa_usable(f, now) for f in families)
+#: A state read and its sources' representations.
+Held = tuple[StateHeader, PersistedState, dict[str, bytes]]
+#: Why a view is due: the build's purpose and the event kind it publishes.
+Due = tuple[BuildPurpose, str]
 
 
 class SharedSnapshotClient:
     """Follows another process's SQLite state read-only and hands out immutable snapshots."""
 
-    def __init__(self, config: SharedReaderConfig) -> None:
-        """Remember ``config``; nothing is opened here."""
+    def __init__(self, config: SharedReaderConfig, *, _clock: Clock | None = None) -> None:
+        """Remember ``config``; nothing is opened here.
+
+        ``_clock`` (private, like `upstream.client.Client`'s: tests and rtr-serve's own parts)
+        replaces the wall clock of ``config`` and the real monotonic clock, which carries the
+        reader's effective time forward; there is no public clock API.
+        """
         self.config = config
         self._store = SQLiteStore(config.path, read_only=True)
         self._worker = WorkerThread("sqlite-shared-reader")
         self._state = ReaderState.CREATED
-        self._held: tuple[StateHeader, PersistedState] | None = None
+        #: The reader's effective time, its sources' anchors, the clock tolerance.
+        self.time = ReaderTime(_clock or WallClock(config.wall), config.clock_tolerance)
+        #: The newest state read, and the state the current view was judged from.
+        self._latest: Held | None = None
+        self._held: Held | None = None
         self._current: SharedSnapshot | None = None
         self._error: str | None = None
-        self._effective = 0.0
+        #: The usable-until time of the view held when the current read failure began.
+        self._failed_until: float | None = None
+        #: Judgings started / the sequence number of the current view.
+        self._started = 0
+        self._current_seq = 0
+        self._policy_dirty = False
+        #: Header builds one at a time (the poll's and a policy's of a state not yet judged).
+        self._header_lock = anyio.Lock()
         self._watches: set[SharedWatch] = set()
         self._changed = anyio.Event()
+        self._wake = anyio.Event()
         self._run_scope: anyio.CancelScope | None = None
         self._run_done: anyio.Event | None = None
         self._overdue = False
@@ -108,29 +120,30 @@ class SharedSnapshotClient:
         self._builds = BuildSlots(config.limits.max_concurrent_builds)
         #: How long `aclose` waits for the polling task and for the owner thread (P-72).
         self._close_deadline = CLOSE_DEADLINE
-        self._local_generation = 0
-        self._counts = dict.fromkeys(
-            ("polls", "poll_failures", "states_read", "header_builds", "calibrations", "stale"), 0
-        )
+        self._counts = dict.fromkeys(COUNTERS, 0)
         self._last_poll_at: float | None = None
 
     # ------------------------------------------------------------------ time
     def now(self) -> float:
         """The reader's effective time: the wall clock, never below any time it saw."""
-        self._effective = max(self._effective, self.config.wall())
-        return self._effective
+        return self.time.now()
+
+    def policy_changed(self) -> None:
+        """Judge the held state again now (the config's SLURM policy changed)."""
+        self._policy_dirty = True
+        self._wake.set()
 
     # ------------------------------------------------------------------ lifecycle
     async def __aenter__(self) -> Self:
-        """Open read-only and recover one complete state (raises `PersistenceError`)."""
+        """Open read-only and recover one complete state (raises `PersistenceError`).
+
+        With ``wait_for_file`` a failure is logged (once per kind) and retried every
+        ``poll_interval`` instead; the caller bounds the wait (cancelling it closes the reader).
+        """
         if self._state is not ReaderState.CREATED:
             raise RuntimeError("a shared reader is entered once")
         try:
-            await self._worker.run(
-                self._store.call, self._store.open_sync, seconds_to_us(self.config.wall())
-            )
-            self._state = ReaderState.OPEN
-            stored = await self._worker.run(self._store.call, self._store.read_state_sync)
+            stored = await self._open()
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await self.aclose()
@@ -138,6 +151,25 @@ class SharedSnapshotClient:
         if stored is not None:
             await self._adopt(stored)
         return self
+
+    async def _open(self) -> tuple[StateHeader, PersistedState] | None:
+        while True:
+            try:
+                if self._state is ReaderState.CREATED:
+                    now = seconds_to_us(self.time.wall())
+                    await self._worker.run(self._store.call, self._store.open_sync, now)
+                    self._state = ReaderState.OPEN
+                stored: tuple[StateHeader, PersistedState] | None = await self._worker.run(
+                    self._store.call, self._store.read_state_sync
+                )
+            except PersistenceError as exc:
+                if not self.config.wait_for_file:
+                    raise
+                self._failed(exc, "waiting for it")
+                await anyio.sleep(self.config.poll_interval)
+                continue
+            self._looked()
+            return stored
 
     async def __aexit__(self, *exc: object) -> None:
         """`aclose`; a close failure does not replace the body's own exception."""
@@ -234,62 +266,24 @@ class SharedSnapshotClient:
 
         ``ready`` means VRPs are usable; ``aspa_ready`` names each usable ASPA family.
         """
-        current = self._current
-        now = self.now()
-        if current is None:
-            return SharedStatus(
-                state=self._state,
-                store_id=None,
-                epoch=None,
-                generation=None,
-                config_revision=None,
-                persistence_error=self._error,
-                available=False,
-                ready_kinds=frozenset(),
-                cleanup_overdue=self._overdue,
-            )
-        available = self._error is None or (
-            current.usable_until is None or now < current.usable_until
-        )
-        return SharedStatus(
+        facts = ReaderFacts(
             state=self._state,
-            store_id=current.store_id,
-            epoch=current.epoch,
-            generation=current.generation,
-            config_revision=current.config_revision,
-            persistence_error=self._error,
-            available=available,
-            ready_kinds=frozenset(k for k in PayloadKind if current.usable(k, now)),
-            cleanup_overdue=self._overdue,
-            upstream_id=current.upstream_id,
-            ready=current.usable(PayloadKind.VRP, now),
-            aspa_ready=frozenset(afi for afi in Afi if current.aspa_usable(afi, now)),
-            usable_until_by_kind=dict(current.usable_until_by_kind),
-            aspa_usable_until_by_afi=current.aspa_usable_until_by_afi,
-            active_groups=dict(current.active_groups),
-            local_generation=current.local_generation,
+            error=self._error,
+            failed_until=self._failed_until,
+            overdue=self._overdue,
+            reads=self._counts["states_read"],
+            read_errors=self._counts["read_errors"],
         )
+        return status_of(self._current, facts, self.now())
 
     def get_metrics(self) -> SharedMetrics:
         """An I/O-free sample of the counters, the build slots and the held snapshot's size."""
-        current, counts = self._current, self._counts
-        return SharedMetrics(
+        return metrics_of(
+            self._current,
             state=self._state,
-            local_generation=self._local_generation,
-            upstream_generation=None if current is None else current.generation,
-            polls=counts["polls"],
-            poll_failures=counts["poll_failures"],
-            states_read=counts["states_read"],
-            header_builds=counts["header_builds"],
-            calibrations=counts["calibrations"],
-            stale_calibrations=counts["stale"],
-            max_concurrent_builds=self._builds.total,
-            builds_running=self._builds.running,
-            builds_waiting=self._builds.waiting,
+            counts=self._counts,
+            builds=self._builds,
             last_poll_at=self._last_poll_at,
-            vrps=0 if current is None else current.snapshot.vrp_count,
-            router_keys=0 if current is None else len(current.snapshot.router_keys),
-            aspas=0 if current is None else len(current.snapshot.aspas),
             watchers=len(self._watches),
         )
 
@@ -313,7 +307,7 @@ class SharedSnapshotClient:
             if self._state in {ReaderState.CLOSING, ReaderState.CLOSED}:
                 raise RuntimeError("the shared reader is closed")
             current, now = self._current, self.now()
-            if current is not None and _ready(current, wanted, families, now):
+            if current is not None and ready_for(current, wanted, families, now):
                 return current
             changed = self._changed
             with anyio.move_on_after(self.config.recheck):
@@ -336,21 +330,32 @@ class SharedSnapshotClient:
             self._counts["polls"] += 1
             try:
                 header = await self._worker.run(self._store.call, self._store.read_header_sync)
-                held = self._held
-                if header is None or (held is not None and header.state_id == held[0].state_id):
+                latest = self._latest
+                if header is None or (latest is not None and header.state_id == latest[0].state_id):
                     self._looked()
                     continue
                 stored = await self._worker.run(self._store.call, self._store.read_state_sync)
             except PersistenceError as exc:
                 self._counts["poll_failures"] += 1
-                if str(exc) != self._error:
-                    log.warning("shared reader: %s (retrying at the next poll)", exc)
-                self._error = str(exc)
-                self._signal()
+                self._failed(exc, "retrying at the next poll")
                 continue
             self._looked()
             if stored is not None:
                 await self._adopt(stored)
+
+    def _failed(self, exc: PersistenceError, what: str) -> None:
+        self._counts["read_errors"] += 1
+        if self._error is None:
+            current = self._current
+            self._failed_until = None if current is None else current.usable_until
+        if str(exc) != self._error:
+            log.warning(
+                "shared reader: %s (%s; the last view serves only until its entries expire)",
+                exc,
+                what,
+            )
+        self._error = str(exc)
+        self._signal()
 
     def _looked(self) -> None:
         self._last_poll_at = self.now()
@@ -359,19 +364,40 @@ class SharedSnapshotClient:
             self._error = None
             self._signal()
 
+    def _delay(self) -> float:
+        current = self._current
+        until = None if current is None or current.refused else current.usable_until
+        if until is None:
+            return self.config.recheck
+        return min(self.config.recheck, max(0.0, until - self.now()))
+
     async def _expire(self) -> None:
         while True:
-            current = self._current
-            until = None if current is None else current.usable_until
-            delay = self.config.recheck
-            if until is not None:
-                delay = min(delay, max(0.0, until - self.now()))
-            await anyio.sleep(delay)
-            current, held = self._current, self._held
-            if current is None or held is None or self._error is not None:
-                continue  # after a read failure the old view only runs out
-            if current.usable_until is not None and self.now() >= current.usable_until:
-                await self._publish(held, BuildPurpose.CALIBRATION)
+            with anyio.move_on_after(self._delay()):
+                await self._wake.wait()
+            self._wake = anyio.Event()
+            due = self._due()
+            if due is not None:
+                await self._publish(*due)
+
+    def _due(self) -> Due | None:
+        """Why a view is out of date (None: it is not; new states are the poll's to judge)."""
+        latest, held, current = self._latest, self._held, self._current
+        if self._policy_dirty:
+            if latest is not held and not self._header_lock.locked():
+                # A state read but never judged (no valid policy then): its header build.
+                return BuildPurpose.HEADER, "changed"
+            # The held view now (dropped, and due again, if a header build publishes first).
+            return None if held is None else (BuildPurpose.CALIBRATION, "policy")
+        if held is None or current is None:
+            return None
+        refused = self.time.refused(held[0])
+        if refused != current.refused:
+            return BuildPurpose.CALIBRATION, "refused" if refused else "trusted"
+        until = current.usable_until
+        if not refused and until is not None and self.now() >= until:
+            return BuildPurpose.CALIBRATION, "expired"
+        return None
 
     # ------------------------------------------------------------------ building
     def _signal(self) -> None:
@@ -382,39 +408,68 @@ class SharedSnapshotClient:
     async def _adopt(self, stored: tuple[StateHeader, PersistedState]) -> None:
         header, state = stored
         self._counts["states_read"] += 1
-        self._effective = max(self._effective, floor_of(header, state))
-        await self._publish(stored, BuildPurpose.HEADER)
+        log.info(
+            "shared reader: read state %s (owner serial %d, %d VRPs, written %s)",
+            header.state_id,
+            state.serial,
+            state.vrp_count(),
+            utc(header.written_at / US_PER_SECOND),
+        )
+        async with self._header_lock:
+            job = functools.partial(digests_of, state)
+            digests = await self._builds.run(BuildPurpose.HEADER, job)
+            self._latest = (header, state, digests)
+            await self._publish(BuildPurpose.HEADER, "changed", locked=True)
 
-    async def _publish(
-        self, stored: tuple[StateHeader, PersistedState], purpose: BuildPurpose
-    ) -> None:
-        """Build ``stored`` at the reader's time in a build slot and publish it.
+    async def _publish(self, purpose: BuildPurpose, why: str, *, locked: bool = False) -> None:
+        """Judge a state in a build slot; publish it unless a newer view came first.
 
-        A calibration (a local re-evaluation of the held state) is dropped when a new header
-        was published while it ran: the timer looks again at the new snapshot. A header build
-        overtaken by a calibration judged at a later time is built again at the reader's time,
-        so it never brings back what that calibration withdrew. Events always diff against
-        the snapshot published last: an expiry already reported is not reported again.
+        A header build judges the newest state read, a calibration the held one (see the
+        module docstring for the ordering).
         """
-        before = self._held
-        header, state = stored
+        if purpose is BuildPurpose.HEADER and not locked:
+            async with self._header_lock:
+                await self._publish(purpose, why, locked=True)
+            return
         while True:
-            now = self.now()
-            snapshot, until = await self._builds.build(purpose, state, now)
+            target = self._latest if purpose is BuildPurpose.HEADER else self._held
+            if target is None:
+                return
+            header, state, digests = target
+            policy = None if self.config.policy is None else self.config.policy()
+            if self.config.policy is not None and policy is None:
+                return  # the reader's SLURM policy is not valid (yet): nothing new is built
+            self._policy_dirty = False
+            self._started += 1
+            seq = self._started
+            refused = self.time.refused(header)
+            until: dict[PayloadKind, float | None]
+            if refused:
+                now = self.now()
+                snapshot, until = EMPTY, dict.fromkeys(PayloadKind, now)
+            else:
+                now, own = self.time.judging(header, state, digests)
+                snapshot, until = await self._builds.build(
+                    purpose, state, now, own=own, policy=policy
+                )
             if self._state in {ReaderState.CLOSING, ReaderState.CLOSED}:
                 return  # a build that ended while the reader closes publishes nothing
-            if purpose is BuildPurpose.CALIBRATION and self._held is not before:
+            if seq > self._current_seq and (purpose is BuildPurpose.HEADER or self._held is target):
+                break
+            if purpose is BuildPurpose.CALIBRATION:
                 self._counts["stale"] += 1
+                if why == "policy":
+                    self._policy_dirty = True  # judged on a state no longer held: again
+                self._wake.set()
                 return
-            published = self._current
-            if purpose is BuildPurpose.CALIBRATION or published is None:
-                break
-            if published.evaluated_at <= now:
-                break
-            # A calibration published a later time while this header was built: judge the new
-            # header again at least that late, so no entry it withdrew comes back.
-        self._held = stored
-        self._local_generation += 1
+            # A calibration that started later published first: judge this state again, at
+            # least as late, so no entry it withdrew comes back.
+        self._current_seq = seq
+        old = self._current
+        if refused and old is not None and old.refused and old.version == _version(header):
+            return  # still refused: said once, nothing new to serve
+        self._held = target
+        self._counts["local_generation"] += 1
         new = SharedSnapshot(
             snapshot=snapshot,
             store_id=state.store_id,
@@ -425,31 +480,16 @@ class SharedSnapshotClient:
             evaluated_at=now,
             clock=self.now,
             active_groups=active_groups(state),
-            local_generation=self._local_generation,
+            local_generation=self._counts["local_generation"],
+            refused=refused,
         )
         self._counts["header_builds" if purpose is BuildPurpose.HEADER else "calibrations"] += 1
-        old = self._current
+        log_trust(self.time, old, new, header)
         self._current = new
         self._signal()
-        self._notify(old, new, "changed" if purpose is BuildPurpose.HEADER else "expired")
+        self._wake.set()  # the timer sleeps until the new view's first end
+        notify(self._watches, old, new, event_kind(old, new, why))
 
-    def _notify(self, old: SharedSnapshot | None, new: SharedSnapshot, why: str) -> None:
-        if old is None:
-            for watch in list(self._watches):
-                watch.offer(SharedEvent("initial", new, None, new.version))
-            return
-        if (old.store_id, old.epoch) != (new.store_id, new.epoch):
-            error = ResyncRequiredError(
-                f"the writer's publish identity changed ({old.store_id} epoch {old.epoch} -> "
-                f"{new.store_id} epoch {new.epoch}): resynchronise"
-            )
-            for watch in list(self._watches):
-                watch.fail(error)
-            return
-        kind = why
-        if why == "changed" and new.generation - old.generation > 1:
-            kind = "coalesced"
-        added, removed = _diff(old, new)
-        event = SharedEvent(kind, new, old.version, new.version, added, removed)
-        for watch in list(self._watches):
-            watch.offer(event)
+
+def _version(header: StateHeader) -> tuple[int, int]:
+    return (header.state_id.epoch, header.state_id.generation)

@@ -1,7 +1,8 @@
 """The shared reader's configuration, snapshot, status and event types, and one watch's queue.
 
 `SharedSnapshot` refuses a kind past its usable-until time (`SnapshotExpiredError`, judged at
-the reader's own effective time); `SharedWatch` is one subscriber's bounded queue whose
+the reader's own effective time), and every kind of a state the reader refused (its write time
+too far ahead of the wall clock); `SharedWatch` is one subscriber's bounded queue whose
 overflow or a change of the writer's publish identity turns into a sticky `ResyncRequiredError`.
 """
 
@@ -20,11 +21,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from snapshot.kinds import PayloadKind
 from snapshot.lifecycle import Lifecycle
 from snapshot.queries import ResyncRequiredError, SnapshotView
+from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
 
 __all__ = [
     "ALL_AFIS",
     "CLOSE_DEADLINE",
+    "DEFAULT_CLOCK_TOLERANCE",
     "Afi",
     "ReaderState",
     "SharedEvent",
@@ -39,6 +42,10 @@ __all__ = [
 
 #: The fixed bound on how long `aclose` waits for the owner thread (P-72).
 CLOSE_DEADLINE = 5.0
+
+#: How far the wall clock may be behind a state's write time before the state is refused (the
+#: upstream client's default ``clock_tolerance``: an owner and its readers use the same).
+DEFAULT_CLOCK_TOLERANCE = 300.0
 
 
 class Afi(enum.Enum):
@@ -85,10 +92,21 @@ class SharedReaderConfig:
     recheck: float = 1.0
     #: The reader's own bounds (build slots).
     limits: SharedReaderLimits = field(default_factory=SharedReaderLimits)
+    #: A state written further ahead of the raw wall clock than this is refused (not served).
+    clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE
+    #: The reader's own SLURM policy, applied to every snapshot it builds (None from the call:
+    #: not valid yet, nothing new is built); without it the stored payload is served as it is.
+    #: Tell the reader of a change with `SharedSnapshotClient.policy_changed`.
+    policy: Callable[[], SlurmPolicy | None] | None = None
+    #: Entering waits (retrying every ``poll_interval``) until the file can be opened and read,
+    #: instead of failing: a reader started before its owner.
+    wait_for_file: bool = False
 
     def __post_init__(self) -> None:
         if not self.poll_interval > 0 or not self.recheck > 0:
             raise ValueError("poll_interval and recheck must be positive")
+        if not self.clock_tolerance > 0:
+            raise ValueError("clock_tolerance must be positive")
         if self.queue_size < 1:
             raise ValueError("queue_size must be at least 1")
 
@@ -129,6 +147,9 @@ class SharedSnapshot:
     #: The reader's own publish count: every snapshot it publishes (a new header or a local
     #: re-evaluation of the held one) has the next one.
     local_generation: int = 0
+    #: The state was refused (written too far ahead of the wall clock): the snapshot is empty
+    #: and no kind is usable.
+    refused: bool = False
 
     @property
     def upstream_id(self) -> UpstreamId:
@@ -141,7 +162,9 @@ class SharedSnapshot:
         return dict.fromkeys(Afi, self.usable_until_by_kind.get(PayloadKind.ASPA))
 
     def aspa_usable(self, afi: Afi, now: float) -> bool:
-        """Whether ASPA data may still be used for ``afi`` at ``now``."""
+        """Whether ASPA data may still be used for ``afi`` at ``now`` (never if refused)."""
+        if self.refused:
+            return False
         until = self.aspa_usable_until_by_afi[afi]
         return until is None or now < until
 
@@ -162,6 +185,8 @@ class SharedSnapshot:
 
     def usable(self, kind: PayloadKind, now: float) -> bool:
         """Whether ``kind`` may still be used at ``now``."""
+        if self.refused:
+            return False
         until = self.usable_until_by_kind.get(kind)
         return until is None or now < until
 
@@ -208,6 +233,11 @@ class SharedStatus:
     active_groups: Mapping[PayloadKind, tuple[str, ...]] = field(default_factory=dict)
     #: The reader's own publish count of the held snapshot.
     local_generation: int = 0
+    #: False while the state read last is refused (the wall clock too far behind its write time).
+    trusted: bool = True
+    #: Complete states read, and failed reads, so far.
+    reads: int = 0
+    read_errors: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -242,7 +272,10 @@ class SharedMetrics:
 
 @dataclass(frozen=True, slots=True)
 class SharedEvent:
-    """A new snapshot; ``kind`` is ``initial``, ``changed``, ``coalesced`` or ``expired``.
+    """A new snapshot, of ``kind`` initial, changed, coalesced, expired, refused, trusted or policy.
+
+    ``refused``: the state is not trusted (an empty snapshot); ``trusted``: trusted again;
+    ``policy``: the reader's SLURM policy changed.
 
     ``start`` and ``end`` are the (epoch, generation) versions the diff goes between (a
     ``coalesced`` one skipped the generations between them); ``added``/``removed`` count the

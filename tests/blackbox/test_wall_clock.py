@@ -470,7 +470,7 @@ def test_follower_far_behind_the_write_time_serves_nothing(tmp_path: Path) -> No
         behind = WallClock(tmp_path / "follower-clock", offset=-JUMP)
         with rtr_serve(behind, "--state-reader", f"sqlite:{state}", name="follower") as follower:
             follower.wait_line(
-                lambda e: e.get("logger") == "rtr_server.follower" and "read-only" not in e["msg"],
+                lambda e: e.get("logger") == "persistence.shared.client" and "behind" in e["msg"],
                 what="the follower's word on the state it found",
             )
             for when, now in watch(follower, 3):

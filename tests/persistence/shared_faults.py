@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +18,7 @@ from persistence.shared.convert import judge_state
 from persistence.sqlite_backend import SQLiteStore
 from persistence.state import PersistedState, StateHeader
 from snapshot.kinds import PayloadKind
+from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
 
 #: Longest a gate holds a thread (a test that forgets to open it fails, it does not hang).
@@ -40,7 +41,12 @@ class GatedJudge:
         self.calls: list[int] = []
 
     def __call__(
-        self, state: PersistedState, now: float
+        self,
+        state: PersistedState,
+        now: float,
+        *,
+        own: Mapping[str, float] | None = None,
+        policy: SlurmPolicy | None = None,
     ) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
         with self._lock:
             self.inside += 1
@@ -51,7 +57,7 @@ class GatedJudge:
                 self.entered.set()
                 if not self.gate.wait(GATE_TIMEOUT):
                     raise RuntimeError("the test never opened the gate")
-            return judge_state(state, now)
+            return judge_state(state, now, own=own, policy=policy)
         finally:
             with self._lock:
                 self.inside -= 1

@@ -209,14 +209,21 @@ async def test_a_read_failure_is_reported_and_the_view_runs_out(tmp_path: Path) 
         status = reader.get_status()
         assert status.available  # the old view is still good
         assert status.generation == 1
+        held = reader.get_snapshot()
+        assert held is not None
         offset[0] = 200.0
         status = reader.get_status()
         assert not status.available
-        assert PayloadKind.VRP not in status.ready_kinds
+        with pytest.raises(SnapshotExpiredError):
+            held.check(PayloadKind.VRP)
+        # The timer still judges the last state read: the expired VRP is dropped, what is
+        # within its own end stays; the reader stays unavailable until a read succeeds.
+        await eventually(lambda: reader.get_snapshot() is not held)
         snap = reader.get_snapshot()
         assert snap is not None
-        with pytest.raises(SnapshotExpiredError):
-            snap.check(PayloadKind.VRP)
+        assert snap.snapshot.vrp_count == 1
+        assert not reader.get_status().available
+        assert reader.get_status().read_errors > 0
         await reader.aclose()
 
 

@@ -1,25 +1,33 @@
 """Each stored source's own time: its ``evaluated_at`` as anchor, its own next change point.
 
-`serve_at` judges each source at its own time (never another source's), the follower pins each
-source's ``evaluated_at`` to its monotonic clock (`TimeKeeper.pin`) and wakes for a source's next
-change only in the kinds it is selected for; the owner stores the time a build judged each
-source at. Follower tests run on real SQLite files written by the backend (see
-``test_follower_time``, whose writer and follower they share).
+`judge_state` judges each source at its own time (never another source's), the shared reader pins
+each source's ``evaluated_at`` to its monotonic clock (`TimeKeeper.pin`, in
+`persistence.shared.judging.ReaderTime`) and wakes for a change only in the kinds a source is
+selected for; the owner stores the time a build judged each source at. Follower tests run on
+real SQLite files written by the backend (see ``test_follower_time``, whose writer and follower
+they share).
 """
 
 from __future__ import annotations
 
-import ipaddress
-from array import array
 from dataclasses import replace
 from pathlib import Path
 
 import anyio
 import pytest
 
-from persistence.state import NEVER, US_PER_SECOND, PersistedState, SourceRecord, StateId
+from persistence.shared.convert import judge_state
+from persistence.shared.judging import ReaderTime, digests_of
+from persistence.state import (
+    NEVER,
+    US_PER_SECOND,
+    PersistedState,
+    SourceRecord,
+    StateHeader,
+    StateId,
+)
 from snapshot.kinds import PayloadKind
-from snapshot.model import Aspa, pack_v4
+from snapshot.model import Aspa
 from tests.clock import FakeClock
 from tests.server.helpers import wait_until
 from tests.server.test_follower_time import (
@@ -34,60 +42,75 @@ from tests.server.test_follower_time import (
     record,
 )
 from upstream.merge import SourceInput
-from upstream.payload import SourcePayload
-from upstream.recovery import ServedSource, ServedState, build_state, serve_at, to_payload
+from upstream.recovery import build_state, to_payload
 from upstream.timekeeper import TimeKeeper
 
 pytestmark = pytest.mark.anyio
 
 
-def payload(prefix: str, asn: int, expires: int) -> SourcePayload:
-    net = ipaddress.IPv4Network(prefix)
-    key = pack_v4(int(net.network_address), net.prefixlen, net.prefixlen, asn)
-    return SourcePayload(v4=key, v4_expires=array("q", [expires]))
-
-
-def served(*sources: tuple[str, SourcePayload, float], written: float = W) -> ServedState:
-    """A stored state of VRP sources (name, payload, evaluated_at), as a reader converts it."""
-    return ServedState(
-        written,
-        tuple(
-            ServedSource(name, p, frozenset({PayloadKind.VRP}), evaluated, name.encode())
-            for name, p, evaluated in sources
+def stored(*sources: tuple[str, float], written: float = W) -> tuple[StateHeader, PersistedState]:
+    """A stored state of sources (name, evaluated_at), each with X's one VRP (ends at W + 60)."""
+    state = PersistedState(
+        store_id="s" * 32,
+        state_id=StateId(1, 1),
+        config_revision=1,
+        serial=1,
+        session_ids=(1, 2, 3),
+        published_at=int(written * US_PER_SECOND),
+        package_version="test",
+        sources=tuple(
+            replace(record(X), name=name, evaluated_at=int(evaluated * US_PER_SECOND))
+            for name, evaluated in sources
         ),
     )
+    header = StateHeader(
+        schema_version=1,
+        store_id=state.store_id,
+        state_id=state.state_id,
+        config_revision=1,
+        serial=1,
+        session_ids=(1, 2, 3),
+        published_at=state.published_at,
+        written_at=int(written * US_PER_SECOND),
+        state_digest=b"",
+        header_digest=b"",
+        package_version="test",
+    )
+    return header, state
 
 
-# ------------------------------------------------------------------------------ serve_at
+# ------------------------------------------------------------------------------ judge_state
 
 
 def test_each_source_is_judged_at_its_own_time_never_at_another_sources() -> None:
-    # Both entries expire at W + 50. Source b's own time is already past it, a's is not: a's
-    # entry stays (b's later time is not applied to it) and a's next change is its own expiry.
-    state = served(
-        ("a", payload("192.0.2.0/24", 64496, W + 50), W),
-        ("b", payload("198.51.100.0/24", 64497, W + 50), W),
-    )
-    snapshot, changes = serve_at(state, now=W, own={"a": W + 10, "b": W + 100})
-    assert prefixes(snapshot) == {"192.0.2.0/24"}
-    assert changes == {"a": W + 50}
+    # Both sources hold X (ends at W + 60). Source b's own time is already past it, a's is not:
+    # a's entry stays (b's later time is not applied to it); the VRPs' usable-until is a's end,
+    # taken back to the reader's time (a runs 10 s ahead of it).
+    _, state = stored(("a", W), ("b", W))
+    snapshot, until = judge_state(state, W, own={"a": W + 10, "b": W + 100})
+    assert prefixes(snapshot) == names(X)
+    assert until[PayloadKind.VRP] == W + 50
+    only_b, _ = judge_state(replace(state, sources=state.sources[1:]), W, own={"b": W + 100})
+    assert prefixes(only_b) == set()
     # Without a reader's anchors each is judged at its own stored evaluated_at.
-    late = served(
-        ("a", payload("192.0.2.0/24", 64496, W + 50), W),
-        ("b", payload("198.51.100.0/24", 64497, W + 50), W + 100),
-    )
-    snapshot, changes = serve_at(late, now=W)
-    assert prefixes(snapshot) == {"192.0.2.0/24"}
-    assert changes == {"a": W + 50}
+    _, late = stored(("a", W), ("b", W + 100))
+    snapshot, until = judge_state(replace(late, sources=late.sources[1:]), W)
+    assert prefixes(snapshot) == set()
+    snapshot, until = judge_state(late, W)
+    assert prefixes(snapshot) == names(X)
+    assert until[PayloadKind.VRP] == W + 60
 
 
 def test_no_source_is_judged_before_the_floor_or_the_readers_time() -> None:
-    state = served(("a", payload("192.0.2.0/24", 64496, W + 50), W - 100), written=W + 60)
-    snapshot, changes = serve_at(state, now=W, own={"a": W - 100})
-    assert prefixes(snapshot) == set()  # the write time is past the expiry
-    assert changes == {}
-    snapshot, _ = serve_at(served(("a", payload("192.0.2.0/24", 64496, W + 50), W)), now=W + 51)
-    assert prefixes(snapshot) == set()
+    # The reader raises its time to the state's write time before judging (and its own anchor
+    # for the source stays below it): X, past its end by then, is not served.
+    header, state = stored(("a", W - 100), written=W + 60)
+    times = ReaderTime(FakeClock(wall=W), tolerance=300)
+    now, own = times.judging(header, state, digests_of(state))
+    assert now == W + 60
+    assert own == {"a": W + 60}
+    assert prefixes(judge_state(state, now, own=own)[0]) == set()
+    assert prefixes(judge_state(stored(("a", W))[1], W + 61)[0]) == set()
 
 
 # ------------------------------------------------------------------------------ TimeKeeper.pin

@@ -20,14 +20,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from persistence.backend import BackendCapabilities, PersistenceBackend, ThreadedBackend
 from persistence.errors import TransientError
 from persistence.location import StateLocation
 from persistence.state import (
     NEVER,
     US_PER_SECOND,
     PersistedState,
-    PersistReceipt,
     SourceRecord,
     StateHeader,
     StateId,
@@ -137,86 +135,53 @@ class Following:
 
 @asynccontextmanager
 async def following(
-    path: Path,
-    clock: FakeClock,
-    *,
-    poll: float = 0.05,
-    backend: PersistenceBackend | None = None,
+    path: Path, clock: FakeClock, *, poll: float = 0.05
 ) -> AsyncIterator[Following]:
     """Run a `StateFollower` on ``path`` (read-only) until the block ends."""
-    reader = StateLocation("sqlite", path).make_backend(read_only=True, wall=clock.wall)
     views: list[Snapshot] = []
 
     async def publish(snapshot: Snapshot) -> None:
         views.append(snapshot)
 
-    follower = StateFollower(backend or reader, clock, publish, poll=poll)
-    try:
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(follower.run)
-            yield Following(follower, views)
-            tg.cancel_scope.cancel()
-    finally:
-        with anyio.CancelScope(shield=True):
-            await reader.close()
+    follower = StateFollower(path, clock, publish, poll=poll)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(follower.run)
+        yield Following(follower, views)
+        tg.cancel_scope.cancel()
 
 
-class GatedBackend:
-    """A real read-only backend whose header reads can be held in its worker thread.
+class GatedReads:
+    """A follower's header reads, held on its reader's owner thread or failing, when told.
 
-    Once `hold` is called, the next `read_header` blocks in a thread (as a read stuck in SQL
-    does) until `release`.
+    Once `hold` is called, the next header read blocks in the owner thread (as a read stuck in
+    SQL does) until `release`; while ``failing`` is set, header reads fail with a transient
+    driver error. The real read runs otherwise (the shared reader's store, patched in place).
     """
 
-    def __init__(self, inner: ThreadedBackend) -> None:
-        self.inner = inner
+    def __init__(self, follower: StateFollower) -> None:
         self.gate = threading.Event()
         self.gate.set()
         self.blocked = False
+        self.failing = False
+        store = follower.reader._store
+        inner = store.read_header_sync
 
-    @property
-    def capabilities(self) -> BackendCapabilities:
-        return self.inner.capabilities
+        def read_header_sync() -> StateHeader | None:
+            if self.failing:
+                raise TransientError("sqlite SQLITE_IOERR: disk I/O error")
+            if not self.gate.is_set():
+                self.blocked = True
+                self.gate.wait()
+                self.blocked = False
+            return inner()
 
-    @property
-    def store_id(self) -> str | None:
-        return self.inner.store_id
-
-    async def open(self) -> None:
-        await self.inner.open()
-
-    async def read_header(self) -> StateHeader | None:
-        if not self.gate.is_set():
-            self.blocked = True
-            await anyio.to_thread.run_sync(self.gate.wait)
-            self.blocked = False
-        return await self.inner.read_header()
-
-    async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
-        return await self.inner.read_state()
-
-    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
-        raise AssertionError("a follower never commits")
-
-    async def close(self) -> bool:
-        return await self.inner.close()
+        store.read_header_sync = read_header_sync  # type: ignore[method-assign]
 
     def hold(self) -> None:
         self.gate.clear()
 
     def release(self) -> None:
         self.gate.set()
-
-
-class FailingBackend(GatedBackend):
-    """Header reads fail (a transient driver error) once `fail` is set."""
-
-    failing = False
-
-    async def read_header(self) -> StateHeader | None:
-        if self.failing:
-            raise TransientError("sqlite SQLITE_IOERR: disk I/O error")
-        return await super().read_header()
 
 
 # ------------------------------------------------------------------------------ expiry timer
@@ -306,7 +271,7 @@ async def test_the_floor_advances_on_the_monotonic_clock_when_the_wall_is_set_ba
         clock.move_monotonic(70)
         clock.set_wall(W + 1 + 70 - 100)
         await run.wait_serving(names(Y))
-        assert run.follower.keeper.now() == W + 71
+        assert run.follower.reader.now() == W + 71
 
 
 async def test_a_set_back_clock_and_an_old_write_time_revive_nothing(tmp_path: Path) -> None:
@@ -339,9 +304,9 @@ async def test_expiry_is_not_delayed_by_a_poll_blocked_in_sql(tmp_path: Path) ->
     writer = Writer(path)
     await writer.commit(X, Y)
     clock = FakeClock(wall=W + 1)
-    gated = GatedBackend(StateLocation("sqlite", path).make_backend(read_only=True))
     try:
-        async with following(path, clock, backend=gated) as run:
+        async with following(path, clock) as run:
+            gated = GatedReads(run.follower)
             try:
                 await run.wait_serving(names(X, Y))
                 gated.hold()
@@ -352,7 +317,6 @@ async def test_expiry_is_not_delayed_by_a_poll_blocked_in_sql(tmp_path: Path) ->
             finally:
                 gated.release()
     finally:
-        await gated.close()
         await writer.close()
 
 
@@ -371,7 +335,7 @@ async def test_a_wall_clock_too_far_behind_the_write_time_is_refused(
         # The next state is written 398 s ahead of the follower's wall clock (tolerance 300).
         clock.advance(1)
         writer.clock.set_wall(W + 400)
-        with caplog.at_level(logging.WARNING, logger="rtr_server.follower"):
+        with caplog.at_level(logging.WARNING, logger="persistence.shared.client"):
             second = await writer.commit(X, Y, Z)
             await run.wait_serving(set())  # what was served is withdrawn
             assert run.follower.status.state_id == second
@@ -417,23 +381,18 @@ async def test_a_read_failure_keeps_the_view_only_until_it_expires(tmp_path: Pat
     await writer.commit(X, ("203.0.113.0/24", 64498, W + 120))
     await writer.close()
     clock = FakeClock(wall=W + 1)
-    failing = FailingBackend(StateLocation("sqlite", path).make_backend(read_only=True))
-    try:
-        async with following(path, clock, backend=failing) as run:
-            await run.wait_serving({"192.0.2.0/24", "203.0.113.0/24"})
-            failing.failing = True
-            await wait_until(lambda: run.follower.status.errors > 0, what="a failed read")
-            clock.advance(60)
-            await run.wait_serving({"203.0.113.0/24"})
-            clock.advance(60)
-            await run.wait_serving(set())  # all expired: withdrawn
-            assert run.follower.status.last_error is not None
-            failing.failing = False  # the same header reads again: the error is cleared
-            await wait_until(
-                lambda: run.follower.status.last_error is None, what="the error cleared"
-            )
-    finally:
-        await failing.close()
+    async with following(path, clock) as run:
+        failing = GatedReads(run.follower)
+        await run.wait_serving({"192.0.2.0/24", "203.0.113.0/24"})
+        failing.failing = True
+        await wait_until(lambda: run.follower.status.errors > 0, what="a failed read")
+        clock.advance(60)
+        await run.wait_serving({"203.0.113.0/24"})
+        clock.advance(60)
+        await run.wait_serving(set())  # all expired: withdrawn
+        assert run.follower.status.last_error is not None
+        failing.failing = False  # the same header reads again: the error is cleared
+        await wait_until(lambda: run.follower.status.last_error is None, what="the error cleared")
 
 
 async def test_overlapping_rebuilds_publish_one_at_a_time_newest_last(tmp_path: Path) -> None:
@@ -441,7 +400,6 @@ async def test_overlapping_rebuilds_publish_one_at_a_time_newest_last(tmp_path: 
     writer = Writer(path)
     await writer.commit(X, Y)
     clock = FakeClock(wall=W + 1)
-    reader = StateLocation("sqlite", path).make_backend(read_only=True)
     views: list[Snapshot] = []
     active = 0
     most = 0
@@ -456,7 +414,7 @@ async def test_overlapping_rebuilds_publish_one_at_a_time_newest_last(tmp_path: 
         views.append(snapshot)
         active -= 1
 
-    follower = StateFollower(reader, clock, slow_publish, poll=0.05)
+    follower = StateFollower(path, clock, slow_publish, poll=0.05)
     try:
         async with anyio.create_task_group() as tg:
             tg.start_soon(follower.run)
@@ -477,5 +435,4 @@ async def test_overlapping_rebuilds_publish_one_at_a_time_newest_last(tmp_path: 
             assert most == 1
             tg.cancel_scope.cancel()
     finally:
-        await reader.close()
         await writer.close()

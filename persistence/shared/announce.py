@@ -1,0 +1,94 @@
+"""What the shared reader tells its watchers and its log when it publishes a new view.
+
+Contract (persistence contract, shared reading): the first view is an ``initial`` event; a
+change of the writer's publish identity fails every watch with a sticky `ResyncRequiredError`;
+otherwise each view is one event diffing against the view published last (``changed``, or
+``coalesced`` when generations were skipped; ``expired``, ``policy``; ``refused`` when the
+state is not trusted, ``trusted`` when the same state is trusted again). A refusal is logged
+once as a warning with both times, a return to trust once as information.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from persistence.shared.convert import count_diff
+from persistence.shared.judging import ReaderTime
+from persistence.shared.types import SharedEvent, SharedSnapshot, SharedWatch
+from persistence.state import US_PER_SECOND, StateHeader
+from snapshot.queries import ResyncRequiredError
+
+__all__ = ["event_kind", "log_trust", "notify", "utc"]
+
+log = logging.getLogger("persistence.shared.client")
+
+
+def utc(seconds: float) -> str:
+    """``seconds`` (Unix time) as an ISO 8601 UTC time to the second."""
+    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="seconds")
+
+
+def event_kind(old: SharedSnapshot | None, new: SharedSnapshot, why: str) -> str:
+    """The event kind of publishing ``new`` after ``old`` for the reason ``why``."""
+    if new.refused:
+        return "refused"
+    if old is not None and old.refused:
+        return "trusted" if old.version == new.version else why
+    return why
+
+
+def notify(
+    watches: Iterable[SharedWatch], old: SharedSnapshot | None, new: SharedSnapshot, why: str
+) -> None:
+    """Offer the event of ``new`` (after ``old``, of kind ``why``) to each watch."""
+    targets = list(watches)
+    if old is None:
+        for watch in targets:
+            watch.offer(SharedEvent("initial", new, None, new.version))
+        return
+    if (old.store_id, old.epoch) != (new.store_id, new.epoch):
+        error = ResyncRequiredError(
+            f"the writer's publish identity changed ({old.store_id} epoch {old.epoch} -> "
+            f"{new.store_id} epoch {new.epoch}): resynchronise"
+        )
+        for watch in targets:
+            watch.fail(error)
+        return
+    kind = why
+    if why == "changed" and new.generation - old.generation > 1:
+        kind = "coalesced"
+    added, removed = count_diff(old.snapshot, new.snapshot)
+    event = SharedEvent(kind, new, old.version, new.version, added, removed)
+    for watch in targets:
+        watch.offer(event)
+
+
+def log_trust(
+    time: ReaderTime, old: SharedSnapshot | None, new: SharedSnapshot, header: StateHeader
+) -> None:
+    """Log a refusal of ``header``'s state, or its trust again after one."""
+    written = header.written_at / US_PER_SECOND
+    wall = time.wall()
+    if new.refused:
+        log.warning(
+            "shared reader: the wall clock (%s) is %.0f s behind the write time (%s) of "
+            "state %s, beyond the %.0f s clock tolerance: nothing of it is served%s until "
+            "the clock is within the tolerance or a newer state passes",
+            utc(wall),
+            written - wall,
+            utc(written),
+            header.state_id,
+            time.tolerance,
+            ", what was served is withdrawn" if old is not None and not old.refused else "",
+        )
+    elif old is not None and old.refused:
+        log.info(
+            "shared reader: the wall clock (%s) is within the %.0f s tolerance of the write "
+            "time (%s) of state %s: serving it",
+            utc(wall),
+            time.tolerance,
+            utc(written),
+            header.state_id,
+        )
