@@ -74,8 +74,6 @@ class App:
             else Client(config.client_config(), publish=self.publish, _clock=clock)
         )
         self.follower: StateFollower | None = None
-        #: A follower's read-only backend (``--state-reader``); closed by `run`.
-        self.reader_backend: ThreadedBackend | None = None
         self._reader_close_error: str | None = None
         #: Prometheus collectors of this app (served on /metrics); never the global registry.
         self.registry = CollectorRegistry()
@@ -135,9 +133,9 @@ class App:
 
     @property
     def backend(self) -> ThreadedBackend | None:
-        """The state file's backend (the client's, or a follower's); None when memory-only."""
+        """The client's state file backend; None when memory-only or following."""
         keeping = None if self.client is None else self.client.keeping
-        return self.reader_backend if keeping is None else keeping.backend
+        return None if keeping is None else keeping.backend
 
     @property
     def persister(self) -> Persister | None:
