@@ -67,6 +67,11 @@ class Closing(Protocol):
         """Every source task ended and what they decided is built."""
         ...
 
+    @property
+    def run_ended(self) -> bool:
+        """Every task of the client's run ended."""
+        ...
+
     def get_snapshot(self) -> ClientSnapshot | None:
         """The current snapshot."""
         ...
@@ -274,7 +279,8 @@ class Delivery:
             return ShutdownReport(persisted=None, message="")  # memory only: nothing to persist
         if self.failure is not None:
             return close_failed(self.failure, keeping.handover.held(persister.persisted))
-        persister.release()
+        if client.run_ended:
+            persister.release()  # ended cleanly; else the older acknowledged state stays
         handover = keeping.handover
         report = await persist_last(
             handover,
