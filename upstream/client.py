@@ -55,7 +55,6 @@ from upstream.client_setup import (
     check_home,
     cleanup_pending,
     groups_of,
-    identities,
     loop_identity,
     make_sources,
     placeholders,
@@ -204,12 +203,7 @@ class Client(ClientClosing):
                 await prepare_sources(source for _, source in self._sources.values())
                 if self.keeping is not None:  # lock, schema, read, checks, seeds
                     target = RecoveryTarget(
-                        self.config.clock_tolerance,
-                        self.sources,
-                        self.slurm,
-                        self.keeper,
-                        self.seed,
-                        identities(self.config, self._sources),
+                        self.config, self._sources, self.slurm, self.keeper, self.seed
                     )
                     await self.keeping.open(target, self.keeper.monotonic)
                     self.epoch = self.events.epoch = self.keeping.epoch

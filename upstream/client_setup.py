@@ -28,7 +28,6 @@ __all__ = [
     "check_home",
     "cleanup_pending",
     "groups_of",
-    "identities",
     "loop_identity",
     "make_sources",
     "placeholders",
@@ -40,19 +39,24 @@ __all__ = [
 class RecoveryTarget:
     """A client as its state file's recovery sees it (`state_keeping.Seedable`)."""
 
-    clock_tolerance: float
-    sources: Sequence[Source]
+    config: ClientConfig
+    sources: Mapping[str, tuple[SourceConfig, Source]]
     slurm: SlurmFiles
     keeper: TimeKeeper
     seed: Callable[[str, Recovered], None]
-    #: Each source's `upstream.config.source_identity`, by name.
-    identities: Mapping[str, str]
+
+    @property
+    def clock_tolerance(self) -> float:
+        """Wall-clock drift tolerated before a state's time is distrusted."""
+        return self.config.clock_tolerance
 
     def configured(self) -> Sequence[SourceIdentity]:
         """The configured sources' identities (name, kind, location, full identity)."""
         return [
-            SourceIdentity(s.name, s.status.kind, s.status.location, self.identities.get(s.name))
-            for s in self.sources
+            SourceIdentity(
+                s.name, s.status.kind, s.status.location, source_identity(c, self.config)
+            )
+            for c, s in self.sources.values()
         ]
 
     async def policy(self) -> SlurmPolicy | None:
@@ -146,10 +150,3 @@ def placeholders(
         )
         for c, s in sources.values()
     ]
-
-
-def identities(
-    config: ClientConfig, sources: Mapping[str, tuple[SourceConfig, Source]]
-) -> dict[str, str]:
-    """Each configured source's full identity, by name (P-52)."""
-    return {name: source_identity(c, config) for name, (c, _) in sources.items()}
