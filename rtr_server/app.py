@@ -47,6 +47,7 @@ from upstream.closing import Publication, ShutdownReport, StopRequest
 from upstream.recovery import RecoveryPlan
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
+from upstream.state_keeping import StateKeeping
 
 log = logging.getLogger(__name__)
 
@@ -132,27 +133,32 @@ class App:
         return self.publishing.publishes
 
     @property
+    def _keeping(self) -> StateKeeping | None:
+        """The client's state keeping; None when memory-only, following or not yet built."""
+        return None if self.client is None else self.client.keeping
+
+    @property
     def backend(self) -> ThreadedBackend | None:
         """The client's state file backend; None when memory-only or following."""
-        keeping = None if self.client is None else self.client.keeping
+        keeping = self._keeping
         return None if keeping is None else keeping.backend
 
     @property
     def persister(self) -> Persister | None:
         """The client's persistence worker; None when memory-only or following."""
-        keeping = None if self.client is None else self.client.keeping
+        keeping = self._keeping
         return None if keeping is None else keeping.persister
 
     @property
     def recovery(self) -> RecoveryPlan | None:
         """What the last start-up recovered (None without ``--state``)."""
-        keeping = None if self.client is None else self.client.keeping
+        keeping = self._keeping
         return None if keeping is None else keeping.recovery
 
     @property
     def persistence_close_error(self) -> str | None:
         """Why closing the store failed (also in /status); None: it closed, or not yet."""
-        keeping = None if self.client is None else self.client.keeping
+        keeping = self._keeping
         return self._reader_close_error if keeping is None else keeping.close_error
 
     def stop(self) -> None:
