@@ -1,4 +1,4 @@
-"""Session end for the Debian 12 interop suite: no daemon left behind, the summary table."""
+"""Session end for the Debian 12 interop suite: no daemon or socket dir left, the summary table."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from types import FrameType
 
 import pytest
 from rtrclients import procs, summary
+from rtrclients.base import SOCKET_DIRS, remove_socket_dir
 from rtrclients.lab import CACHE
 
 
@@ -21,13 +22,22 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    """Fail the run if a daemon started by the suite is still running (and stop it)."""
+    """Fail the run if a daemon started by the suite is still running (and stop it).
+
+    Likewise for a private socket directory under /tmp that a client's stop did not remove.
+    """
     left = procs.leftovers()
     for tracked in procs.STARTED:
         procs.stop(tracked)
     if left:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         summary.note(f"LEFT RUNNING at session end (now stopped): {', '.join(left)}")
+    dirs = sorted(str(d) for d in SOCKET_DIRS if d.exists())
+    for path in list(SOCKET_DIRS):
+        remove_socket_dir(path)
+    if dirs:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        summary.note(f"SOCKET DIRS LEFT at session end (now removed): {', '.join(dirs)}")
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import ClassVar
@@ -11,10 +13,32 @@ from rtrclients.vrps import Expected, RouterKey, Vrp, diff
 
 #: Longest UNIX socket path (sun_path is 108 octets including the NUL).
 MAX_SOCKET_PATH = 100
+#: Where the private socket directories are made: short and independent of the checkout.
+SOCKET_PARENT = Path("/tmp")
+#: Socket directories made and not yet removed (the session end removes any left over).
+SOCKET_DIRS: set[Path] = set()
+
+
+def private_socket_dir(name: str) -> Path:
+    """A new empty directory /tmp/rtr-NAME-XXXXXXXX (mode 0700) for one daemon's sockets."""
+    path = Path(tempfile.mkdtemp(prefix=f"rtr-{name}-", dir=SOCKET_PARENT))
+    SOCKET_DIRS.add(path)
+    return path
+
+
+def remove_socket_dir(path: Path) -> None:
+    """Remove a directory made by `private_socket_dir` (one already gone is fine)."""
+    shutil.rmtree(path, ignore_errors=True)
+    SOCKET_DIRS.discard(path)
 
 
 class Client:
-    """One RTR client instance talking to rtr-serve, in its own run directory."""
+    """One RTR client instance talking to rtr-serve, in its own run directory.
+
+    Configs, logs and PID files go to the run directory (below the checkout, kept for
+    inspection); control sockets go to a private directory under /tmp made on first use and
+    removed by `stop`, so no socket path depends on where the repository is checked out.
+    """
 
     #: Short name used in test ids and the summary.
     name: ClassVar[str] = ""
@@ -38,13 +62,25 @@ class Client:
         self.port = port
         self.tracked: procs.Tracked | None = None
         self.started_at: float | None = None
+        self.socket_dir: Path | None = None
         run_dir.mkdir(parents=True, exist_ok=True)
 
     def socket_path(self, name: str) -> Path:
-        """A UNIX socket path in the run dir (checked against the sun_path limit)."""
-        path = self.run_dir / name
+        """A UNIX socket path for `start` (checked against the sun_path limit).
+
+        The private socket dir is made here if there is none yet (or `stop` removed it).
+        """
+        if self.socket_dir is None or not self.socket_dir.is_dir():
+            self.socket_dir = private_socket_dir(self.name)
+        path = self.socket_dir / name
         assert len(str(path)) < MAX_SOCKET_PATH, f"socket path too long: {path}"
         return path
+
+    def socket_file(self, name: str) -> Path:
+        """The path of a socket `start` set up (makes nothing; RuntimeError before start)."""
+        if self.socket_dir is None:
+            raise RuntimeError(f"{self.name} has no control socket yet (not started)")
+        return self.socket_dir / name
 
     # ---------------------------------------------------------------- lifecycle
     def start(self) -> None:
@@ -52,9 +88,11 @@ class Client:
         raise NotImplementedError
 
     def stop(self) -> None:
-        """Stop the daemon by its PID file (no-op if it never started)."""
+        """Stop the daemon by its PID file (if it started), then remove its socket dir."""
         if self.tracked is not None:
             procs.stop(self.tracked)
+        if self.socket_dir is not None:
+            remove_socket_dir(self.socket_dir)
 
     def pids(self) -> list[int]:
         """The daemon's processes (any of them may own the RTR socket)."""

@@ -64,7 +64,9 @@ class Bird(Client):
 
     def birdc(self, *command: str, timeout: float = 60.0) -> str:
         """Run one birdc command."""
-        return procs.run(["birdc", "-s", str(self.run_dir / "bird.ctl"), *command], timeout=timeout)
+        return procs.run(
+            ["birdc", "-s", str(self.socket_file("bird.ctl")), *command], timeout=timeout
+        )
 
     def counts(self) -> tuple[int, int]:
         """Routes in r4 and r6."""

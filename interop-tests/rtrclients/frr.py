@@ -49,7 +49,7 @@ class Frr(Client):
         vty = self.socket_path("bgpd.vty")
         # No `bgpd -C` dry run: with an rpki cache configured it opens a real RTR session (G5).
         args = [BGPD, "-f", str(conf), "-M", "rpki", "-Z", "-S", "-p", "0", "-P", "0", "-n"]
-        args += ["-i", str(run / "bgpd.pid"), "--vty_socket", str(run)]
+        args += ["-i", str(run / "bgpd.pid"), "--vty_socket", str(vty.parent)]
         self.started_at = time.time()
         self.tracked = procs.spawn(
             self.name,
@@ -65,7 +65,8 @@ class Frr(Client):
     def vtysh(self, command: str, timeout: float = 60.0) -> str:
         """Run one vtysh command against this bgpd."""
         return procs.run(
-            ["vtysh", "--vty_socket", str(self.run_dir), "-c", command], timeout=timeout
+            ["vtysh", "--vty_socket", str(self.socket_file("bgpd.vty").parent), "-c", command],
+            timeout=timeout,
         )
 
     def counts(self) -> tuple[int, int]:

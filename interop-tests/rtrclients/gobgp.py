@@ -55,7 +55,7 @@ class GoBgp(Client):
 
     def gobgp(self, *args: str, timeout: float = 60.0) -> str:
         """Run one gobgp CLI command against this gobgpd."""
-        target = f"unix://{self.run_dir / 'gobgpd.sock'}"
+        target = f"unix://{self.socket_file('gobgpd.sock')}"
         return procs.run(["gobgp", "--target", target, *args], timeout=timeout)
 
     def server(self) -> str:

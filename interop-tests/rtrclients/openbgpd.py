@@ -15,7 +15,7 @@ AS 64513
 router-id 192.0.2.251
 listen on 127.0.0.1 port {bgp_port}
 fib-update no
-socket "{run}/bgpd.sock"
+socket "{sock}"
 
 rtr {host} {{
     descr "rtr-serve"
@@ -42,9 +42,9 @@ class OpenBgpd(Client):
         run = self.run_dir
         conf = run / "bgpd.conf"
         bgp_port = procs.free_port()
-        conf.write_text(CONFIG.format(run=run, host=self.host, port=self.port, bgp_port=bgp_port))
-        conf.chmod(0o600)
         sock = self.socket_path("bgpd.sock")
+        conf.write_text(CONFIG.format(sock=sock, host=self.host, port=self.port, bgp_port=bgp_port))
+        conf.chmod(0o600)
         procs.run(["bgpd", "-n", "-f", str(conf)])
         self.started_at = time.time()
         self.tracked = procs.spawn(
@@ -58,7 +58,7 @@ class OpenBgpd(Client):
 
     def bgpctl(self, *args: str) -> Any:
         """One `bgpctl -j` command, parsed."""
-        out = procs.run(["bgpctl", "-s", str(self.run_dir / "bgpd.sock"), "-j", *args])
+        out = procs.run(["bgpctl", "-s", str(self.socket_file("bgpd.sock")), "-j", *args])
         return json.loads(out)
 
     def rtr(self) -> dict[str, Any]:
