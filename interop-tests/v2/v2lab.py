@@ -12,10 +12,12 @@ import json
 import lzma
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -57,6 +59,10 @@ REAL_REFERENCE_TIME: str = _rtrserve.REAL_REFERENCE_TIME
 CACHE = INTEROP / ".cache"
 ROOT = Path(os.environ.get("INTEROP_V2_ROOT", CACHE / "trixie-root")).resolve()
 SETUP_HINT = "run `bash .ci/interop-v2-setup.sh` (as root) first"
+#: Longest UNIX socket path (sun_path is 108 octets including the NUL).
+MAX_SOCKET_PATH = 100
+#: The chroot's /tmp: each daemon's control socket lives in a private directory made there.
+SOCKET_PARENT_INSIDE = "/tmp"
 
 #: AS numbers of the lab routers; chosen outside every ASPA and VRP set the tests use.
 OPENBGPD_AS = 64500
@@ -509,7 +515,12 @@ class LabDir:
 
 
 class Daemon:
-    """A daemon run in the foreground under chroot, stopped by its PID (never by name)."""
+    """A daemon run in the foreground under chroot, stopped by its PID (never by name).
+
+    Config and logs go to the lab folder (kept); the control socket goes to a private directory
+    /tmp/rtr-NAME-XXXXXXXX of the chroot, made by `start` and removed by `stop`, so its path
+    (as the daemon sees it, inside the chroot) depends neither on the checkout nor on the test.
+    """
 
     name = "daemon"
 
@@ -520,6 +531,26 @@ class Daemon:
         self.started_at = 0.0
         #: PID → start time of the daemon and every child seen (see `alive`).
         self.procs: dict[int, str | None] = {}
+        #: The private socket directory as the host sees it (None until `start`).
+        self.socket_dir: Path | None = None
+
+    def socket_path(self, name: str) -> str:
+        """A socket of the private socket dir, as the chroot sees it (RuntimeError before start)."""
+        if self.socket_dir is None:
+            raise RuntimeError(f"{self.name} has no socket directory yet (not started)")
+        path = f"{SOCKET_PARENT_INSIDE}/{self.socket_dir.name}/{name}"
+        assert len(path) < MAX_SOCKET_PATH, f"socket path too long: {path}"
+        return path
+
+    def make_socket_dir(self) -> None:
+        """A new private socket dir in the chroot's /tmp (mode 0700: the daemons run as root)."""
+        parent = ROOT / SOCKET_PARENT_INSIDE.lstrip("/")
+        self.socket_dir = Path(tempfile.mkdtemp(prefix=f"rtr-{self.name}-", dir=parent))
+
+    def remove_socket_dir(self) -> None:
+        """Remove the private socket dir (none made, or gone already, is fine)."""
+        if self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
 
     @property
     def pids(self) -> set[int]:
@@ -540,7 +571,8 @@ class Daemon:
         return self.lab.host / f"{self.name}.out"
 
     def start(self) -> None:
-        """Write the config and start the daemon."""
+        """Make the socket dir, write the config and start the daemon."""
+        self.make_socket_dir()
         self.write_config()
         with self.output_path.open("wb") as out:
             self.proc = subprocess.Popen(
@@ -575,6 +607,13 @@ class Daemon:
                 self.procs[pid] = start_time(pid)
 
     def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM by PID, wait; SIGKILL what is left of its process tree; remove its sockets."""
+        try:
+            self.stop_processes(timeout)
+        finally:
+            self.remove_socket_dir()
+
+    def stop_processes(self, timeout: float) -> None:
         """SIGTERM by PID, wait; SIGKILL whatever of its process tree is left."""
         if self.proc is None:
             return
@@ -614,9 +653,13 @@ class Bird(Daemon):
         self.probes = probes
         self.openbgpd_port = openbgpd_port
         self.conf, self.conf_host = lab.path("bird.conf")
-        self.ctl, _ = lab.path("bird.ctl")
         self.pidfile, self.pidfile_host = lab.path("bird.pid")
         self.logfile, self.log_host = lab.path("bird.log")
+
+    @property
+    def ctl(self) -> str:
+        """The control socket, as the chroot sees it."""
+        return self.socket_path("bird.ctl")
 
     def write_config(self) -> None:
         """bird.conf: the RPKI protocol, and static probes exported over BGP to OpenBGPD."""
@@ -747,7 +790,11 @@ class OpenBgpd(Daemon):
         self.rtr_port = rtr_port
         self.bgp_port = bgp_port
         self.conf, self.conf_host = lab.path("bgpd.conf")
-        self.sock, _ = lab.path("bgpd.sock")
+
+    @property
+    def sock(self) -> str:
+        """The control socket, as the chroot sees it."""
+        return self.socket_path("bgpd.sock")
 
     def write_config(self) -> None:
         """bgpd.conf; checked with `bgpd -n`."""
