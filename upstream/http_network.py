@@ -198,20 +198,22 @@ def proxy_map() -> dict[str, httpx.Proxy | None]:
             proxies[pattern] = None
             continue
         try:
-            proxy = httpx.Proxy(url)
+            scheme = httpx.URL(url).scheme
         except (httpx.InvalidURL, ValueError, TypeError):
-            raise ProxySetupError(f"proxy for {pattern} in the environment: bad URL") from None
-        scheme = proxy.url.scheme
+            scheme = ""
         if scheme in ("socks5", "socks5h") and importlib.util.find_spec("socksio") is None:
             raise ProxySetupError(
                 f"proxy for {pattern} in the environment is a SOCKS proxy, which needs the "
                 "socksio package (not installed)"
             )
-        if scheme not in ("http", "https", "socks5", "socks5h"):
+        if scheme and scheme not in ("http", "https", "socks5", "socks5h"):
             raise ProxySetupError(
                 f"proxy for {pattern} in the environment: unsupported scheme {scheme[:20]!r}"
             )
-        proxies[pattern] = proxy
+        try:
+            proxies[pattern] = httpx.Proxy(url)
+        except (httpx.InvalidURL, ValueError, TypeError):
+            raise ProxySetupError(f"proxy for {pattern} in the environment: bad URL") from None
     return proxies
 
 
