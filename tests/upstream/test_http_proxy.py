@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import select
 import socket
 import threading
@@ -231,13 +232,8 @@ async def test_a_tls_handshake_with_an_https_proxy_that_never_completes(
 async def test_a_proxy_that_cannot_be_used_is_refused_before_any_network(
     monkeypatch: pytest.MonkeyPatch, value: str, why: str
 ) -> None:
-    if why == "socksio":
-        try:
-            import socksio  # noqa: F401
-        except ImportError:
-            pass
-        else:
-            pytest.skip("socksio is installed: a SOCKS proxy is usable")
+    if why == "socksio" and importlib.util.find_spec("socksio") is not None:
+        pytest.skip("socksio is installed: a SOCKS proxy is usable")
     monkeypatch.setenv("ALL_PROXY", value)
     source = source_for("https://127.0.0.1:9/export.json")
     with pytest.raises(ProxySetupError) as refused:
