@@ -88,7 +88,9 @@ class ByteBudget:
 
         So a body within its source's own cap can always fit once the others gave theirs back.
         """
-        self.limit = max(self.limit, size)
+        if size > self.limit:
+            self.limit = size
+            self._shrink(0)  # a lease waiting for room may fit now
 
     def _grow(self, count: int) -> None:
         self.held += count
