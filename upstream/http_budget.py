@@ -5,8 +5,9 @@ Contract:
 * **One owner, many sources.** A `ByteBudget` of ``limit`` bytes is made by the owner of the
   sources (the `Client`: `ByteBudget.share` hands it to each of its HTTP sources) and given to
   every `upstream.http_source.HttpSource` it runs; its limit is at least the largest
-  ``max_bytes`` of those sources (`ByteBudget.cover`), so all their buffered bodies together
-  stay within what one of them may hold. A source made without one gets a budget of its own of
+  ``max_bytes`` of those sources (`ByteBudget.cover`), so any body within its source's own cap
+  can fit, and all their buffered bodies together stay within it. A source made without one
+  gets a budget of its own of
   ``max_bytes`` (then only its own polls count in it).
 * **What is counted, and until when.** A poll counts through the source's `ByteQuota` (its lease
   on the budget) every raw body byte it buffers, from the first one as it arrives. All of them
