@@ -81,6 +81,7 @@ from upstream.events import (
     Watch,
     WatchClosed,
 )
+from upstream.http_budget import DEFAULT_SHARED_BYTES, ByteBudget
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
 from upstream.state_keeping import StateKeeping
@@ -160,6 +161,9 @@ class Client(ClientClosing):
         )
         self._sources: dict[str, tuple[SourceConfig, Source]] = {}
         self._sources = make_sources(config, self._sources, self.keeper)
+        #: The body bytes all HTTP sources buffer, shared (`upstream.http_budget`).
+        self.byte_budget = ByteBudget(DEFAULT_SHARED_BYTES)
+        self.byte_budget.share(s for _, s in self._sources.values())
         self._aggregator = Aggregator(
             [],
             self._on_build,
@@ -408,6 +412,7 @@ class Client(ClientClosing):
         if self.keeping is not None and config.limits != self.keeping.limits:
             await self.keeping.set_limits(config.limits)  # the next transaction's budget
         self._sources = sources
+        self.byte_budget.share(s for _, s in sources.values())
         self.config = config
         self.keeper.tolerance = config.clock_tolerance
         self.slurm.poll_interval = config.poll_interval

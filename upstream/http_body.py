@@ -8,7 +8,7 @@ the content already in force.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -130,14 +130,15 @@ async def read_body(
     response: httpx.Response,
     raw_body: Callable[[], AsyncIterator[bytes]],
     limit: int,
-    counted: Callable[[int], None],
+    counted: Callable[[int], Awaitable[None]],
 ) -> Response:
     """Read a 200's body in full, undoing its Content-Encoding, within ``limit`` bytes.
 
     The raw bytes come from ``raw_body()`` (`upstream.http_exchange.ResponseHolder.raw`), whose
     owner closes the response and then unrolls and closes that iterator; this only stops
-    consuming it. ``counted`` is told every raw byte count as it arrives (``bytes_read`` and
-    the source's byte quota).
+    consuming it. ``counted`` is awaited with every raw byte count as it arrives, before the
+    bytes are kept (``bytes_read`` and the source's byte quota, which may wait for room or fail
+    with a `PollError`).
 
     Raises:
         PollError: ``size`` past the limit, ``http`` for an unsupported Content-Encoding,
@@ -151,9 +152,9 @@ async def read_body(
         # An in-memory response (httpx.Response(content=...) from a test transport) arrives
         # already read and decoded.
         body = response.content
-        counted(len(body))
         if len(body) > limit:
             raise too_large(limit, "body")
+        await counted(len(body))
         return Response(200, etag, last_modified, [body], len(body), len(body))
     decoders = content_decoders(response.headers.get("content-encoding"))
     chunks: list[bytes] = []
@@ -161,9 +162,9 @@ async def read_body(
     try:
         async for data in raw_body():
             raw += len(data)
-            counted(len(data))
             if raw > limit:
                 raise too_large(limit, "body")
+            await counted(len(data))
             for piece in decode(decoders, data):
                 size += len(piece)
                 if size > limit:

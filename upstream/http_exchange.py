@@ -19,8 +19,9 @@ Contract:
 * **Secondary errors.** `release` never raises an ordinary exception: a close or unrolling
   error is logged as fixed text (no exception text) and never replaces the original failure or
   cancellation; control exceptions (cancellation, KeyboardInterrupt) propagate after it.
-* **Byte quota.** `ByteQuota` holds the body bytes a poll has buffered; the source releases it
-  only after the cleanup (and the build) finished.
+* **Byte quota.** The body bytes a poll has buffered count in its source's
+  `upstream.http_budget.ByteQuota` (a lease on the budget its owner shares); the source
+  releases it only after this cleanup and the parse finished.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import httpx
 __all__ = [
     "RECOVERY_SECONDS",
     "RECOVERY_STEPS",
-    "ByteQuota",
     "ResponseHolder",
     "close_in_child",
     "in_worker",
@@ -50,24 +50,6 @@ T = TypeVar("T")
 RECOVERY_SECONDS: Final = 1.0
 #: ... and iterator steps.
 RECOVERY_STEPS: Final = 65_536
-
-
-class ByteQuota:
-    """Body bytes buffered by one source; held until its cleanup (and build) finished."""
-
-    def __init__(self) -> None:
-        self.held = 0
-        #: The most held at once since creation (what a test or an operator can check).
-        self.peak = 0
-
-    def take(self, count: int) -> None:
-        """Count ``count`` more buffered bytes."""
-        self.held += count
-        self.peak = max(self.peak, self.held)
-
-    def release(self) -> None:
-        """Give every held byte back."""
-        self.held = 0
 
 
 async def in_worker(work: Callable[[], Awaitable[T]]) -> T:

@@ -46,16 +46,19 @@ Contract:
   closed on every path: success, error, size limit and cancellation. With the owned client the
   whole request runs in a managed worker task (`upstream.http_exchange.in_worker`), its response
   is closed in a shielded child task, then its raw iterator is unrolled and closed
-  (`upstream.http_exchange.ResponseHolder`), and its direct connections go through
-  `upstream.http_network.OwnedTransport` (a cancelled TLS handshake closes its socket). A close
-  error never replaces the original failure or cancellation; a cancelled poll is no failure.
-* **Byte quota.** `quota` holds the body bytes a poll buffered until its cleanup and the parse
-  ended; no partial body is ever parsed or emitted.
+  (`upstream.http_exchange.ResponseHolder`), and its connections, direct or through the
+  environment's proxies (read by `prepare`), go through `upstream.http_network.OwnedTransport`
+  (a cancelled TLS handshake closes its socket). A close error never replaces the original
+  failure or cancellation; a cancelled poll is no failure.
+* **Byte quota.** `quota`, the source's lease on a `upstream.http_budget.ByteBudget` shared
+  with the other sources of its owner (``budget``, or `use_budget`), holds the body bytes a poll
+  buffered until its cleanup and the parse ended (`upstream.http_budget`: a poll that holds
+  nothing waits for room, one that holds bytes fails ``environment`` when there is none, a
+  body that can never fit fails ``size``); no partial body is ever parsed or emitted.
 """
 
 from __future__ import annotations
 
-import email.utils
 import logging
 import ssl
 from collections.abc import AsyncIterator, Mapping
@@ -77,10 +80,16 @@ from upstream.http_body import (
     digest_and_parse,
     read_body,
 )
-from upstream.http_exchange import ByteQuota, ResponseHolder, in_worker
-from upstream.http_network import OwnedTransport
+from upstream.http_budget import BudgetExhaustedError, ByteBudget, ByteQuota
+from upstream.http_exchange import ResponseHolder, in_worker
+from upstream.http_network import owned_client, proxy_map
+from upstream.http_replies import (
+    MAX_REDIRECTS,
+    REDIRECT_STATUSES,
+    redirect_target,
+    status_failure,
+)
 from upstream.http_rules import (
-    DEFAULT_PORTS,
     SecretHeaders,
     default_ssl_context,
     origin_of,
@@ -101,11 +110,6 @@ log = logging.getLogger(__name__)
 
 #: Default cap on the body, raw and decoded (real full exports are 60–80 MB of JSON).
 DEFAULT_MAX_BYTES: Final = 256 * 1024 * 1024
-#: Redirect hops followed before the poll fails (class ``http``).
-MAX_REDIRECTS: Final = 5
-#: Statuses that are the environment's fault, retried with backoff besides 5xx.
-RETRY_STATUSES: Final = frozenset({408, 429})
-REDIRECT_STATUSES: Final = frozenset({301, 302, 303, 307, 308})
 
 
 class HttpSource(HoldsExports):
@@ -136,13 +140,15 @@ class HttpSource(HoldsExports):
         retry_initial: float = 1.0,
         retry_max: float = 300.0,
         client: httpx.AsyncClient | None = None,
+        budget: ByteBudget | None = None,
     ) -> None:
         """Check the configuration (`ValueError` when it can never work); no I/O at all.
 
         ``ca_file`` (PEM) replaces the default trust store; it is read by `prepare` (which
         the `Client` awaits on entering, and `run` and `check` before their first request),
         so a missing or broken file is reported before any network activity. ``client``, if
-        given, is used and never closed.
+        given, is used and never closed. ``budget`` is the byte budget shared with the other
+        sources of the owner (a budget of its own of ``max_bytes`` when not given).
         """
         self.url = parse_http_url(url)
         for option, value in (
@@ -194,11 +200,22 @@ class HttpSource(HoldsExports):
         #: A valid export held back because its build time is ahead of the wall clock.
         self._held: HeldExport | None = None
         self._wake: anyio.Event | None = None
-        #: The body bytes the current poll buffered, held until its cleanup and build ended.
-        self.quota = ByteQuota()
+        #: The environment's proxies (`proxy_map`), read by `prepare`.
+        self._proxies: dict[str, httpx.Proxy | None] | None = None
+        #: The body bytes the current poll buffered, held until its cleanup and parse ended.
+        self.quota = ByteQuota(limit=max_bytes)
+        if budget is not None:
+            self.use_budget(budget)
+        self._lease = self.quota
 
     def __repr__(self) -> str:
         return f"HttpSource(name={self.name!r}, url={str(self.url)!r})"
+
+    def use_budget(self, budget: ByteBudget) -> None:
+        """Count the next polls' body bytes in ``budget`` (grown to hold ``max_bytes``)."""
+        budget.cover(self.max_bytes)
+        if self.quota.budget is not budget:
+            self.quota = budget.quota()
 
     def refreshing(self) -> bool:
         """True before the first poll and while the last poll succeeded."""
@@ -247,11 +264,14 @@ class HttpSource(HoldsExports):
     async def prepare(self) -> None:
         """Load the trust store (``ca_file`` or the default) in a worker thread, once.
 
-        Raises `SourceSetupError` (a `ValueError`) when the CA file cannot be used; calling
+        The environment's proxies are read and checked here too (`proxy_map`). Raises
+        `SourceSetupError` (a `ValueError`) when the CA file or a proxy cannot be used; calling
         again after that retries.
         """
         if self._verify is None:
             self._verify = await anyio.to_thread.run_sync(self._load_trust)
+        if self._proxies is None and self._client is None:
+            self._proxies = proxy_map()
 
     def _load_trust(self) -> ssl.SSLContext:
         if self._ca_file is None:
@@ -262,18 +282,12 @@ class HttpSource(HoldsExports):
             raise SourceSetupError(f"cannot use CA file {self._ca_file}: {exc}") from None
 
     def _make_client(self) -> httpx.AsyncClient:
-        """The client `run` owns; its direct connections go through `OwnedTransport`.
-
-        Proxies from the environment apply as httpx does by default (through its own transports).
-        """
+        """The client `run` owns: every connection, direct or proxied, an owned one."""
         assert self._verify is not None, "prepare() loads the trust store first"
+        assert self._proxies is not None, "prepare() reads the proxies first"
         limits = httpx.Limits(max_connections=2, max_keepalive_connections=1)
-        return httpx.AsyncClient(
-            verify=self._verify,
-            timeout=self.timeout,
-            follow_redirects=False,
-            limits=limits,
-            transport=OwnedTransport(verify=self._verify, limits=limits),
+        return owned_client(
+            verify=self._verify, timeout=self.timeout, limits=limits, proxies=self._proxies
         )
 
     @asynccontextmanager
@@ -300,10 +314,11 @@ class HttpSource(HoldsExports):
         self, client: httpx.AsyncClient, sink: DeliverySink
     ) -> tuple[bool, PollError | None]:
         """(emitted, the environment failure to retry soon, if any)."""
+        self._lease = lease = self.quota
         try:
             return await self._poll_once(client, sink)
         finally:
-            self.quota.release()
+            lease.release()
 
     async def _poll_once(
         self, client: httpx.AsyncClient, sink: DeliverySink
@@ -362,7 +377,7 @@ class HttpSource(HoldsExports):
             try:
                 code = response.status_code
                 if code in REDIRECT_STATUSES:
-                    url = self._redirect_target(url, response)
+                    url = redirect_target(url, response, self.name)
                     continue
                 if code == 304:
                     return Response(
@@ -371,7 +386,7 @@ class HttpSource(HoldsExports):
                         response.headers.get("last-modified"),
                     )
                 if code != 200:
-                    raise self._status_failure(response)
+                    raise status_failure(response, self.clock.wall())
                 return await read_body(response, holder.raw, self.max_bytes, self._count)
             finally:
                 await holder.release()
@@ -391,42 +406,12 @@ class HttpSource(HoldsExports):
             headers.update(self._headers.items)
         return headers
 
-    def _redirect_target(self, url: httpx.URL, response: httpx.Response) -> httpx.URL:
-        code = response.status_code
-        location = response.headers.get("location")
-        if not location:
-            raise PollError("http", f"HTTP {code} without a Location")
-        try:
-            target = url.join(location)
-        except httpx.InvalidURL:
-            raise PollError("http", f"HTTP {code} to an invalid Location") from None
-        if target.scheme not in DEFAULT_PORTS or not target.host:
-            raise PollError("http", f"HTTP {code} to an unsupported {target.scheme!r} URL")
-        if url.scheme == "https" and target.scheme == "http":
-            raise PollError("http", f"HTTP {code} from https to plain http refused")
-        log.debug("source %s: HTTP %d redirect to %s", self.name, code, target.host)
-        return target
-
-    def _status_failure(self, response: httpx.Response) -> PollError:
-        code = response.status_code
-        message = f"HTTP {code} {response.reason_phrase[:80]}".rstrip()
-        if code >= 500 or code in RETRY_STATUSES:
-            return PollError("environment", message, self._retry_after(response))
-        return PollError("http", message)
-
-    def _retry_after(self, response: httpx.Response) -> float | None:
-        value = response.headers.get("retry-after", "").strip()
-        if value.isdigit():
-            return float(value)
-        try:
-            when = email.utils.parsedate_to_datetime(value)
-        except (TypeError, ValueError, IndexError):
-            return None
-        return max(0.0, when.timestamp() - self.clock.wall())
-
-    def _count(self, raw: int) -> None:
+    async def _count(self, raw: int) -> None:
         self.status.bytes_read += raw
-        self.quota.take(raw)
+        try:
+            await self._lease.take(raw)
+        except BudgetExhaustedError as exc:
+            raise PollError("size" if exc.never_fits else "environment", str(exc)) from None
 
     # ------------------------------------------------------------ status updates
 

@@ -150,9 +150,9 @@ async def test_the_response_is_closed_in_a_child_of_the_reading_task(
     source = source_for(server.url())
     real_count = source._count
 
-    def recording_count(raw: int) -> None:
+    async def recording_count(raw: int) -> None:
         tasks.setdefault("read", anyio.get_current_task().id)
-        real_count(raw)
+        await real_count(raw)
 
     source._count = recording_count  # type: ignore[method-assign]
     caller = anyio.get_current_task().id
