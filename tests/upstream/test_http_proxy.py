@@ -21,7 +21,6 @@ from upstream.source import SourceSetupError
 
 pytestmark = [pytest.mark.anyio, pytest.mark.filterwarnings("error::ResourceWarning")]
 
-PROXY_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "NO_PROXY")
 BODY = export([("192.0.2.0/24", 24, 64496)])
 
 
@@ -108,13 +107,6 @@ class LoopbackProxy:
                     return sock is conn
                 (upstream if sock is conn else conn).sendall(data)
         return False
-
-
-@pytest.fixture(autouse=True)
-def _clean_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    for var in PROXY_VARS:
-        monkeypatch.delenv(var, raising=False)
-        monkeypatch.delenv(var.lower(), raising=False)
 
 
 @pytest.fixture
