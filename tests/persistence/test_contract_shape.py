@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -155,7 +156,7 @@ def test_an_incremental_rtr_source_recovers_its_session() -> None:
     assert plan.recovered["rtr-upstream"].rtr_session == 0xBEEF
 
 
-BAD_SOURCES = {
+BAD_SOURCES: dict[str, Callable[[SourceRecord], SourceRecord]] = {
     "families-without-aspa": lambda s: replace(s, capabilities=frozenset({"vrp"})),
     "afi-outside-families": lambda s: replace(s, aspa_families=1),
     "afi-out-of-range": lambda s: replace(s, aspa_afis=bytes([0, 0, 3])),
@@ -188,7 +189,7 @@ def _groups(state: PersistedState, *groups: GroupRecord) -> PersistedState:
     return replace(state, groups=groups)
 
 
-BAD_STATES = {
+BAD_STATES: dict[str, Callable[[PersistedState], PersistedState]] = {
     "a-source-in-no-group": lambda st: replace(st, sources=st.sources[:2]),
     "group-ids-not-in-order": lambda st: _groups(st, st.groups[1], st.groups[0], st.groups[2]),
     "a-group-name-twice": lambda st: _groups(
