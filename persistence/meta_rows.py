@@ -16,6 +16,7 @@ import json
 from typing import Any
 
 from persistence.errors import CorruptStateError, DamagedStateError, UnsupportedSchemaError
+from persistence.meta_digest import meta_values
 from persistence.rows import as_blob, as_int, as_text
 from persistence.schema import (
     PUBLICATION_COLUMNS,
@@ -170,8 +171,6 @@ def _check_header_ranges(header: StateHeader) -> None:
 
 def store_meta_row(header: StateHeader) -> tuple[Any, ...]:
     """The ``store_meta`` row of ``header``, in `STORE_META_COLUMNS` order."""
-    from persistence.meta_digest import meta_values
-
     return (1, *meta_values(header), header.meta_digest)
 
 
