@@ -1,8 +1,9 @@
 """DuckDB backend (the ``duckdb`` extra): one owner, one connection, threads=1, no external access.
 
 `duckdb` is imported when the backend opens, so a missing extra is a `MissingExtraError` at
-open, never at import. Rows go in through ``unnest`` of typed column lists, at most 256 rows a
-statement (DuckDB's executemany runs one statement per row). Driver errors are classed by their
+open, never at import. A batch of at most 256 rows goes in as one JSON parameter through
+``json_each`` with explicit CASTs (`persistence.json_batches`; DuckDB's executemany runs one
+statement per row). Driver errors are classed by their
 exception type alone (`classify`), never by their message.
 """
 
@@ -21,21 +22,17 @@ from persistence.errors import (
     PersistenceError,
     TransientError,
 )
+from persistence.json_batches import insert_sql, json_batches
 from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
 from persistence.rows import Row
-from persistence.schema import COLUMNS, TABLES, VRP_COLUMNS
+from persistence.schema import COLUMNS, TABLES
 from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
 from persistence.structure import Column
 
 #: (table, column) -> SQL type, as the shared DDL declares it.
 _TYPES = {(table, n): t for table, cols in COLUMNS.items() for n, t, _ in cols}
-_VRP_INSERT = (
-    f"INSERT INTO vrps ({', '.join(VRP_COLUMNS)}) "  # noqa: S608 - fixed names
-    "SELECT $1, p >> 48, $2 + i, n, (p >> 40) & 255, (p >> 32) & 255, p & 4294967295, e "
-    "FROM (SELECT unnest($3) AS p, unnest($4) AS n, unnest($5) AS e, unnest(range($6)) AS i)"
-)
 
 
 #: DuckDB exception types of faults that may clear up: out of memory, a transaction conflict,
@@ -114,30 +111,11 @@ class DuckDBStore(SqlStore):
                     raise
 
     def _insert(self, table: str, columns: Sequence[str], rows: list[Row]) -> None:
-        if table == "vrps" and tuple(columns) == VRP_COLUMNS:
-            self._insert_vrps(rows)
-            return
-        selects = ", ".join(
-            f"unnest(${i}::{_TYPES[table, c]}[])" for i, c in enumerate(columns, start=1)
-        )
-        sql = f"INSERT INTO {table} ({', '.join(columns)}) SELECT {selects}"
-        self._conn().execute(sql, [list(column) for column in zip(*rows, strict=True)])
-
-    def _insert_vrps(self, rows: list[Row]) -> None:
-        # Statement and parameter overhead dominate in DuckDB: three lists instead of eight
-        # more than halve the commit time. Family, lengths and ASN travel as one BIGINT; seq
-        # is the batch's first seq plus the position (rows of a batch are consecutive).
-        sid, first = rows[0][0], rows[0][2]
-        if rows[-1][0] != sid or rows[-1][2] != first + len(rows) - 1:
-            raise ValueError("a VRP batch must hold consecutive rows of one source")
-        small = [
-            family << 48 | plen << 40 | max_len << 32 | asn
-            for _, family, _, _, plen, max_len, asn, _ in rows
-        ]
-        self._conn().execute(
-            _VRP_INSERT,
-            [sid, first, small, [r[3] for r in rows], [r[7] for r in rows], len(rows)],
-        )
+        # One JSON parameter per batch (split at a 1 MiB target), read by json_each with an
+        # explicit CAST per column: statement overhead, not values, dominates in DuckDB.
+        sql = insert_sql(table, columns, [_TYPES[table, c] for c in columns])
+        for parameter in json_batches(rows):
+            self._conn().execute(sql, [parameter])
 
     def _table_names(self) -> set[str]:
         rows = self._conn().execute(

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from persistence import LimitExceededError, Limits, PersistenceError
+from persistence.schema import VERSIONS_JSON
 from persistence.state import PersistedState, StateId
 from tests.persistence.helpers import KINDS, make, opened
 from tests.persistence.states import assert_same_state, make_state
@@ -16,17 +17,23 @@ pytestmark = pytest.mark.anyio
 
 
 def measures(state: PersistedState) -> dict[str, int]:
-    """What the read counts, computed from the state itself."""
+    """What the read counts, computed from the state itself (duplicate supports included)."""
     supports = octets = 0
-    # Metadata in UTF-8 octets (not characters): the texts of each source and of the header,
-    # and the header's two 32-octet digests.
+    # Metadata in UTF-8 octets (not characters): the texts of each source, of the groups and of
+    # the header (versions and the policy's JSON), and the header's two 32-octet digests.
     metadata = len(state.store_id.encode()) + len(state.package_version.encode()) + 2 * 32
+    metadata += len(VERSIONS_JSON.encode()) + len((state.policy_json or "").encode())
+    metadata += sum(len(g.name.encode()) for g in state.groups)
     for s in state.sources:
         metadata += sum(len(text.encode()) for text in (s.name, s.group, s.kind, s.location))
-        supports += s.vrp_count + len(s.router_keys) + len(s.aspas)
-        supports += sum(len(aspa.providers) for aspa, _ in s.aspas)
+        metadata += len((s.metadata_json or "").encode())
+        keys = (*s.router_keys, *s.router_key_duplicates)
+        aspas = [aspa for aspa, _ in s.aspas] + [aspa for aspa, _, _ in s.aspa_duplicates]
+        supports += s.vrp_count + len(s.vrp_duplicates) + len(keys) + len(aspas)
+        supports += sum(len(aspa.providers) for aspa in aspas)
         octets += 4 * len(s.v4_expires) + 16 * len(s.v6_expires)
-        octets += sum(len(key.ski) + len(key.spki) for key, _ in s.router_keys)
+        octets += sum(4 if family == 4 else 16 for family, _, _ in s.vrp_duplicates)
+        octets += sum(len(key.ski) + len(key.spki) for key, _ in keys)
     return {
         "max_sources": len(state.sources),
         "max_supports": supports,
@@ -36,10 +43,16 @@ def measures(state: PersistedState) -> dict[str, int]:
 
 
 def limited_state(store_id: str) -> PersistedState:
-    """The realistic state, one source's location and group with characters beyond ASCII."""
+    """The realistic state, one source's location and a group's name beyond ASCII."""
     state = make_state(store_id, StateId(1, 1))
-    first = replace(state.sources[0], location="https://rpki.例え.jp/vrps.json", group="größe")
-    return replace(state, sources=(first, *state.sources[1:]))
+    http, rtr, empty = state.sources
+    http = replace(http, location="https://rpki.例え.jp/vrps.json", group="größe")
+    return replace(
+        state,
+        sources=(http, replace(rtr, group="größe"), empty),
+        groups=(replace(state.groups[0], name="größe"), *state.groups[1:]),
+        active_groups=tuple((kind, "größe") for kind, _ in state.active_groups),
+    )
 
 
 @pytest.mark.parametrize("kind", KINDS)
