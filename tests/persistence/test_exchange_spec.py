@@ -9,12 +9,21 @@ from __future__ import annotations
 import hashlib
 import re
 from array import array
+from dataclasses import replace
 from pathlib import Path
 
 from persistence.exchange import SOURCE_KEYS, STATE_KEYS, encode, state_digest
 from persistence.exchange_import import decode
-from persistence.state import NEVER, GroupRecord, PersistedState, SourceRecord, StateId
+from persistence.state import (
+    NEVER,
+    GroupRecord,
+    PersistedState,
+    SourceRecord,
+    StateId,
+    UpstreamRef,
+)
 from snapshot.model import Aspa, RouterKey, pack_v4, pack_v6
+from tests.persistence.states import make_state
 
 SPEC = Path(__file__).resolve().parents[2] / "docs" / "exchange-format.md"
 T = 1_767_225_600_000_000
@@ -76,6 +85,50 @@ def example_state() -> PersistedState:
             ("router_key", "main"),
         ),
     )
+
+
+def example_states() -> list[PersistedState]:
+    """The example and variants of it with more mapped prefixes and every header field set."""
+    base = example_state()
+    mapped = sorted(
+        [
+            pack_v6(0xFFFF_0000_0000, 96, 128, 1),  # ::ffff:0.0.0.0/96
+            pack_v6(0xFFFF_FFFF_FFFF, 128, 128, 2),  # ::ffff:255.255.255.255/128
+            pack_v6(0x1_FFFF_C000_0201, 128, 128, 3),  # not mapped
+        ],
+        reverse=True,
+    )
+    source = replace(
+        base.sources[0],
+        v6=b"".join(mapped),
+        v6_expires=array("q", [1, 2, 3]),
+        metadata_json='{"rtr":{"incremental_usable":false}}',
+        protocol=2,
+    )
+    variant = replace(
+        base,
+        sources=(source,),
+        mode="offline",
+        reference_time=T,
+        upstream=UpstreamRef("upstream-store", 4, 5),
+        policy_id="p" * 64,
+        policy_json='{"slurmVersion":1}',
+        config_store_id="c",
+        config_epoch=6,
+        config_identity="i" * 64,
+    )
+    return [base, variant]
+
+
+def storable_state(store_id: str) -> PersistedState:
+    """A state of only the fields every layout stores, with IPv4-mapped IPv6 VRPs."""
+    state = make_state(store_id, StateId(1, 1))
+    mapped = sorted(
+        [pack_v6(0xFFFF_C000_0200, 120, 128, 64496), pack_v6(0xFFFF_0000_0000, 96, 96, 0)],
+        reverse=True,
+    )
+    first = replace(state.sources[0], v6=b"".join(mapped), v6_expires=array("q", [NEVER, T]))
+    return replace(state, sources=(first, *state.sources[1:]))
 
 
 def test_the_example_is_what_the_code_writes_and_its_digest_is_stated() -> None:
