@@ -33,12 +33,14 @@ from persistence.kinds import MODES
 from persistence.limits import LimitExceededError, Limits
 from persistence.state import GroupRecord, PersistedState, SourceRecord, StateId, UpstreamRef
 from snapshot.model import Aspa, PayloadError, RouterKey, pack_v4, pack_v6
+from snapshot.packed import V4, V6
 
 __all__ = ["decode", "import_version_1"]
 
 ASN_MAX: Final = 0xFFFF_FFFF
 T = TypeVar("T")
 _HEX = frozenset("0123456789abcdef")
+_LOW64 = (1 << 64) - 1
 
 
 def decode(data: bytes, *, limits: Limits | None = None) -> PersistedState:
@@ -379,12 +381,36 @@ class _Reader:
         pack = pack_v4 if family == 4 else pack_v6
         return family, pack(address, length, max_length, asn), _int(r[3], f"{at}[3]")
 
+    def quick_vrp(self, r: object) -> tuple[int, bytes, int] | None:
+        """`vrp` of a valid record, without building paths; None: let `vrp` say what is wrong."""
+        if type(r) is not list or len(r) != 4:
+            return None
+        text, max_length, asn, expires = r
+        if type(text) is not str or type(max_length) is not int or type(asn) is not int:
+            return None
+        if type(expires) is not int or not INT64_MIN <= expires <= INT64_MAX:
+            return None
+        try:
+            family, address, length = parse_prefix(text, legacy_mapped=self.legacy)
+        except ValueError:
+            return None
+        if not length <= max_length <= (32 if family == 4 else 128) or not 0 <= asn <= ASN_MAX:
+            return None
+        if family == 4:
+            return family, V4.numbers.pack(address, max_length, length, asn), expires
+        return (
+            family,
+            V6.numbers.pack(address >> 64, address & _LOW64, max_length, length, asn),
+            expires,
+        )
+
     def vrps(self, records: list[Any], at: str) -> tuple[bytes, array[int], bytes, array[int]]:
         """The packed tables: IPv4 then IPv6, each strictly descending (the stored order)."""
         keys: dict[int, list[bytes]] = {4: [], 6: []}
         expiries: dict[int, array[int]] = {4: array("q"), 6: array("q")}
         for i, record in enumerate(records):
-            family, key, expires = self.vrp(record, f"{at}[{i}]")
+            checked = self.quick_vrp(record)
+            family, key, expires = checked or self.vrp(record, f"{at}[{i}]")
             previous = keys[family][-1] if keys[family] else None
             if (family == 4 and keys[6]) or (previous is not None and key >= previous):
                 raise ExchangeFormatError(

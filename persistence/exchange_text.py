@@ -16,7 +16,6 @@ import struct
 __all__ = ["parse_prefix", "v4_text", "v6_groups_text", "v6_text"]
 
 _MAPPED_PREFIX = 0xFFFF << 32
-_HEX = "0123456789abcdef"
 _GROUPS = struct.Struct(">8H")
 #: ":0:0:...:" of 8 down to 2 zero groups (RFC 5952: "::" never stands for one group).
 _ZERO_RUNS = tuple(":0" * n + ":" for n in range(8, 1, -1))
@@ -46,40 +45,35 @@ def v6_groups_text(groups: tuple[int, ...], *, legacy_mapped: bool = False) -> s
 
 
 def _parse_v4(text: str) -> int:
+    """The address of dotted-quad text; the caller compares the canonical spelling."""
     parts = text.split(".")
     if len(parts) != 4:
         raise ValueError(f"{text!r} is not an IPv4 address")
-    address = 0
-    for part in parts:
-        if not part.isdigit() or not part.isascii() or (len(part) > 1 and part[0] == "0"):
-            raise ValueError(f"{text!r} is not a canonical IPv4 address")
-        octet = int(part)
-        if octet > 255:
-            raise ValueError(f"{text!r} is not an IPv4 address")
-        address = address << 8 | octet
-    return address
+    a, b, c, d = map(int, parts)  # lenient (" 1", "+1", "01"): the spelling check refuses them
+    if not (0 <= a <= 255 and 0 <= b <= 255 and 0 <= c <= 255 and 0 <= d <= 255):
+        raise ValueError(f"{text!r} is not an IPv4 address")
+    return a << 24 | b << 16 | c << 8 | d
 
 
 def _parse_v6(text: str) -> int:
+    """The address of IPv6 text; the caller compares the canonical spelling."""
     if text.startswith("::ffff:") and "." in text:
         return _MAPPED_PREFIX | _parse_v4(text[7:])
     halves = text.split("::")
     if len(halves) > 2:
         raise ValueError(f"{text!r} is not an IPv6 address")
-    parts = [half.split(":") if half else [] for half in halves]
-    words = parts[0]
-    if len(parts) == 2:
-        missing = 8 - len(parts[0]) - len(parts[1])
-        if missing < 2:
-            raise ValueError(f"{text!r} is not a canonical IPv6 address")
-        words = parts[0] + ["0"] * missing + parts[1]
+    words = halves[0].split(":") if halves[0] else []
+    if len(halves) == 2:
+        tail = halves[1].split(":") if halves[1] else []
+        words += ["0"] * (8 - len(words) - len(tail)) + tail
     if len(words) != 8:
         raise ValueError(f"{text!r} is not an IPv6 address")
     address = 0
     for word in words:
-        if not 1 <= len(word) <= 4 or any(c not in _HEX for c in word):
-            raise ValueError(f"{text!r} is not a canonical IPv6 address")
-        address = address << 16 | int(word, 16)
+        group = int(word, 16)  # lenient ("0x1", "00ff"): the spelling check refuses them
+        if not 0 <= group <= 0xFFFF:
+            raise ValueError(f"{text!r} is not an IPv6 address")
+        address = address << 16 | group
     return address
 
 
@@ -88,20 +82,20 @@ def parse_prefix(text: str, *, legacy_mapped: bool = False) -> tuple[int, int, i
 
     ``legacy_mapped``: mapped IPv6 addresses are expected in the hexadecimal spelling (version 1).
     """
-    address_text, slash, length_text = text.partition("/")
-    if not slash or not length_text.isascii() or not length_text.isdigit():
-        raise ValueError(f"{text!r} is not prefix/length")
-    if len(length_text) > 1 and length_text[0] == "0":
-        raise ValueError(f"{text!r}: the length has a leading zero")
-    length = int(length_text)
-    if ":" in address_text:
-        family, bits, address = 6, 128, _parse_v6(address_text)
-        canonical = v6_text(address, legacy_mapped=legacy_mapped)
-    else:
-        family, bits, address = 4, 32, _parse_v4(address_text)
-        canonical = v4_text(address)
-    if canonical != address_text:
-        raise ValueError(f"{text!r} is not spelled canonically (expected {canonical!r})")
+    address_text, _, length_text = text.partition("/")
+    try:
+        length = int(length_text)
+        if ":" in address_text:
+            family, bits, address = 6, 128, _parse_v6(address_text)
+            canonical = v6_text(address, legacy_mapped=legacy_mapped)
+        else:
+            family, bits, address = 4, 32, _parse_v4(address_text)
+            canonical = v4_text(address)
+    except ValueError:
+        raise ValueError(f"{text!r} is not prefix/length") from None
+    if canonical != address_text or str(length) != length_text:
+        expected = f"{canonical}/{length}"
+        raise ValueError(f"{text!r} is not spelled canonically (expected {expected!r})")
     if length > bits:
         raise ValueError(f"{text!r}: the length exceeds {bits}")
     if address & ((1 << (bits - length)) - 1):

@@ -119,7 +119,7 @@ REFUSALS = [
         "hex mapped spelling",
         edit('"::ffff:192.0.2.0/120"', '"::ffff:c000:200/120"'),
         "$.sources[0].vrps[2][0]",
-        "expected '::ffff:192.0.2.0'",
+        "expected '::ffff:192.0.2.0/120'",
     ),
     (
         "max length",
