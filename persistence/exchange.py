@@ -105,8 +105,8 @@ SOURCE_KEYS: Final = (
 SOURCE_KEYS_V1: Final = tuple(key for key in SOURCE_KEYS if key != "aspa_families")
 GROUP_KEYS: Final = ("id", "name", "kinds", "sources")
 UPSTREAM_KEYS: Final = ("store_id", "epoch", "generation")
-#: The kinds of ``active_groups`` entries in version 2 (ASPAs per address family).
-ACTIVE_KINDS: Final[tuple[str, ...]] = ("vrp", "aspa_v4", "aspa_v6", "router_key")
+#: The kinds of ``active_groups`` entries in version 2: ASPAs as the aggregate and per family.
+ACTIVE_KINDS: Final[tuple[str, ...]] = ("vrp", "aspa", "aspa_v4", "aspa_v6", "router_key")
 ACTIVE_KINDS_V1: Final = ("vrp", "aspa", "router_key")
 
 
@@ -208,14 +208,9 @@ def _active_groups(out: Out, state: PersistedState, at: str, version: int) -> No
     active = dict(state.active_groups)
     if len(active) != len(state.active_groups):
         raise ExchangeFormatError(at, "a kind has two active groups")
-    order: tuple[str, ...] = ACTIVE_KINDS
-    if version == 1:
-        v4, v6 = active.pop("aspa_v4", None), active.pop("aspa_v6", None)
-        if v4 != v6:
-            raise ExchangeFormatError(at, "version 1 has no per-family ASPA groups")
-        if v4 is not None:
-            active["aspa"] = v4
-        order = ACTIVE_KINDS_V1
+    order: tuple[str, ...] = ACTIVE_KINDS_V1 if version == 1 else ACTIVE_KINDS
+    if version == 1 and {"aspa_v4", "aspa_v6"} & set(active):
+        raise ExchangeFormatError(at, "version 1 has no per-family ASPA groups")
     unknown = set(active).difference(order)
     if unknown:
         raise ExchangeFormatError(at, f"unknown kinds {sorted(unknown)}")

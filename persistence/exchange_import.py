@@ -52,8 +52,8 @@ def import_version_1(data: bytes, *, limits: Limits | None = None) -> PersistedS
     """The state of a canonical version-1 document; a version-2 one is refused.
 
     Every ASPA becomes afi 0 (both families, as version 1 meant), a source that could deliver
-    ASPAs covers both families (``aspa_families`` 3) and a version-1 ``aspa`` active group is
-    the active group of both ``aspa_v4`` and ``aspa_v6``. Times are kept as written.
+    ASPAs covers both families (``aspa_families`` 3) and a version-1 ``aspa`` active group
+    stays the aggregate ``aspa`` active group (of both families). Times are kept as written.
     """
     return _read(data, 1, limits)
 
@@ -305,14 +305,10 @@ class _Reader:
         pairs = [_list(p, f"$.active_groups[{i}]", 2) for i, p in enumerate(items)]
         order = ("vrp", "aspa", "router_key") if self.legacy else ACTIVE_KINDS
         kinds = _ordered([p[0] for p in pairs], "$.active_groups", order)
-        result: list[tuple[str, str]] = []
-        for i, (kind, pair) in enumerate(zip(kinds, pairs, strict=True)):
-            group = _str(pair[1], f"$.active_groups[{i}][1]")
-            if kind == "aspa":  # version 1: one group for both families
-                result += [("aspa_v4", group), ("aspa_v6", group)]
-            else:
-                result.append((kind, group))
-        return tuple(sorted(result, key=lambda p: ACTIVE_KINDS.index(p[0])))
+        return tuple(
+            (kind, _str(pair[1], f"$.active_groups[{i}][1]"))
+            for i, (kind, pair) in enumerate(zip(kinds, pairs, strict=True))
+        )
 
     def source(self, value: object, at: str) -> SourceRecord:
         s = _obj(value, at, self._source_keys)

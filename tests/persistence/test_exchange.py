@@ -8,6 +8,7 @@ non-ASCII); the other exchange test modules import it.
 from __future__ import annotations
 
 import hashlib
+import json
 from array import array
 from dataclasses import fields, replace
 
@@ -18,6 +19,7 @@ from hypothesis import strategies as st
 from persistence import exchange
 from persistence.exchange import ExchangeFormatError, encode, state_digest
 from persistence.exchange_import import decode
+from persistence.kinds import KIND_BITS, NOT_INCREMENTAL_METADATA
 from persistence.limits import LimitExceededError, Limits
 from persistence.state import (
     NEVER,
@@ -54,31 +56,46 @@ def v6_keys(draw: st.DrawFn) -> bytes:
     return pack_v6(address, length, draw(st.integers(length, 128)), draw(ASN))
 
 
+#: Free metadata: JSON object texts (the revocation shape is drawn separately, below).
+METADATA = st.dictionaries(TEXT, st.integers() | TEXT, max_size=2).map(
+    lambda d: json.dumps(d, ensure_ascii=False, separators=(",", ":"))
+)
+
+
 @st.composite
-def sources(draw: st.DrawFn, name: str) -> SourceRecord:
-    """A source with every field drawn (valid values only)."""
+def sources(
+    draw: st.DrawFn, name: str, group: tuple[int, str], allowed: frozenset[str]
+) -> SourceRecord:
+    """A valid source of ``group`` (id, name) contributing only ``allowed`` kinds."""
     v4 = sorted(draw(st.sets(v4_keys(), max_size=5)), reverse=True)
     v6 = sorted(draw(st.sets(v6_keys(), max_size=5)), reverse=True)
     router_key = st.builds(
         RouterKey, st.binary(min_size=20, max_size=20), ASN, st.binary(min_size=1, max_size=30)
     )
-    aspa = st.builds(Aspa, st.integers(1, 2**32 - 1), st.lists(ASN, min_size=1, max_size=5))
     keys = draw(st.lists(st.tuples(router_key, INT64), max_size=3))
-    aspas = draw(st.lists(st.tuples(aspa, INT64), max_size=3))
-    afis = draw(st.lists(st.integers(0, 2), min_size=len(aspas), max_size=len(aspas)))
-    present = [(4, k) for k in v4] + [(6, k) for k in v6]
-    vrp_dups = (
-        draw(st.lists(st.tuples(st.sampled_from(present), INT64), max_size=3)) if present else []
-    )
     capabilities = draw(KINDS)
+    revoked = draw(st.booleans()) and "aspa" not in capabilities
+    families = draw(st.integers(0, 3)) if "aspa" in capabilities else 0
+    afi = st.sampled_from([0] + [bit for bit in (1, 2) if families & bit])
+    aspa = st.builds(Aspa, st.integers(1, 2**32 - 1), st.lists(ASN, min_size=1, max_size=5))
+    aspas = [] if revoked else draw(st.lists(st.tuples(aspa, INT64), max_size=3))
+    afis = [draw(afi) for _ in aspas]
+    supports = [(4, k) for k in v4] + [(6, k) for k in v6]
+    vrp_dups = (
+        draw(st.lists(st.tuples(st.sampled_from(supports), INT64), max_size=3)) if supports else []
+    )
+    selected = draw(KINDS) & allowed
+    present = draw(KINDS)
+    if revoked:  # the retained shape of a v2 -> v1 ASPA revocation (P-33)
+        selected, present = selected - {"aspa"}, present - {"aspa"}
     return SourceRecord(
         name=name,
-        group=draw(TEXT),
-        kind=draw(st.sampled_from(["file", "http", "rtr"])),
+        group=group[1],
+        kind="rtr" if revoked else draw(st.sampled_from(["file", "http", "rtr"])),
         location=draw(TEXT),
         complete=draw(st.booleans()),
         capabilities=capabilities,
-        selected=draw(KINDS),
+        selected=selected,
         accepted_at=draw(INT64),
         expires_at=draw(INT64),
         rtr_session=draw(st.none() | st.integers(0, 0xFFFF)),
@@ -91,20 +108,19 @@ def sources(draw: st.DrawFn, name: str) -> SourceRecord:
         v6_expires=array("q", draw(st.lists(INT64, min_size=len(v6), max_size=len(v6)))),
         router_keys=tuple(keys),
         aspas=tuple(aspas),
-        group_id=draw(st.integers(0, 3)),
-        protocol=draw(st.none() | st.integers(0, 2)),
-        present=draw(KINDS),
+        group_id=group[0],
+        protocol=2 if revoked else draw(st.none() | st.integers(0, 2)),
+        present=present,
         invalidated=draw(st.booleans()),
-        aspa_families=draw(st.integers(0, 3)),
+        aspa_families=families,
         aspa_afis=bytes(afis) if any(afis) else b"",
-        metadata_json=draw(st.none() | st.just('{"rtr":{"incremental_usable":false}}') | TEXT),
+        metadata_json=NOT_INCREMENTAL_METADATA if revoked else draw(st.none() | METADATA),
         vrp_duplicates=tuple((family, key, expires) for (family, key), expires in vrp_dups),
         router_key_duplicates=tuple(draw(st.lists(st.sampled_from(keys), max_size=2)))
         if keys
         else (),
         aspa_duplicates=tuple(
-            (a, draw(st.integers(0, 2)), e)
-            for a, e in draw(st.lists(st.sampled_from(aspas), max_size=2))
+            (a, draw(afi), e) for a, e in draw(st.lists(st.sampled_from(aspas), max_size=2))
         )
         if aspas
         else (),
@@ -113,20 +129,43 @@ def sources(draw: st.DrawFn, name: str) -> SourceRecord:
 
 @st.composite
 def exchange_states(draw: st.DrawFn) -> PersistedState:
-    """A state of up to three sources and up to three groups, every field drawn."""
+    """A valid state of up to three sources and up to three groups, every field drawn.
+
+    Without groups no source contributes anything and there are no active groups; with
+    groups, each kind's active group is drawn first and only its members contribute it.
+    """
     names = draw(st.lists(TEXT, max_size=3, unique=True))
-    group_names = draw(st.lists(TEXT, max_size=3, unique=True))
+    group_names = draw(st.lists(TEXT, min_size=1, max_size=3, unique=True) | st.just([]))
+    active: dict[str, str] = {}
+    if group_names:
+        for kind in ("vrp", "aspa", "router_key"):
+            if draw(st.booleans()):
+                active[kind] = draw(st.sampled_from(group_names))
+        if "aspa" in active:
+            for family in ("aspa_v4", "aspa_v6"):
+                if draw(st.booleans()):
+                    active[family] = active["aspa"]
+    membership = [draw(st.integers(0, len(group_names) - 1)) if group_names else 0 for _ in names]
+    drawn = tuple(
+        draw(
+            sources(
+                name,
+                (g, group_names[g] if group_names else draw(TEXT)),
+                frozenset(k for k, n in active.items() if group_names and n == group_names[g]),
+            )
+        )
+        for name, g in zip(names, membership, strict=True)
+    )
     groups = tuple(
         GroupRecord(
             i,
             g,
-            draw(KINDS),
-            tuple(sorted(set(draw(st.lists(st.sampled_from(names), max_size=2))))) if names else (),
+            draw(KINDS) | {k for k, n in active.items() if n == g and k in KIND_BITS},
+            tuple(sorted(s.name for s in drawn if s.group_id == i)),
         )
         for i, g in enumerate(group_names)
     )
-    active_kinds = draw(st.lists(st.sampled_from(exchange.ACTIVE_KINDS), unique=True))
-    active = tuple((k, draw(TEXT)) for k in exchange.ACTIVE_KINDS if k in active_kinds)
+    policy_id = draw(st.none() | TEXT)
     return PersistedState(
         store_id=draw(TEXT),
         state_id=StateId(draw(UINT63), draw(UINT63)),
@@ -135,11 +174,11 @@ def exchange_states(draw: st.DrawFn) -> PersistedState:
         session_ids=draw(st.tuples(*[st.integers(0, 0xFFFF)] * 3)),
         published_at=draw(INT64),
         package_version=draw(TEXT),
-        sources=tuple(draw(sources(name)) for name in names),
+        sources=drawn,
         groups=groups,
-        active_groups=active,
-        policy_id=draw(st.none() | TEXT),
-        policy_json=draw(st.none() | TEXT),
+        active_groups=tuple((k, active[k]) for k in exchange.ACTIVE_KINDS if k in active),
+        policy_id=policy_id,
+        policy_json=None if policy_id is None else draw(st.none() | METADATA),
         mode=draw(st.sampled_from(["online", "offline"])),
         reference_time=draw(st.none() | INT64),
         upstream=draw(st.none() | st.builds(UpstreamRef, TEXT, UINT63, UINT63)),
@@ -197,7 +236,20 @@ def big_state() -> PersistedState:
         aspas=((Aspa(65000, providers), -5), (Aspa(65001, (1,)), 6)),
         aspa_afis=bytes([1, 0]),
     )
-    return PersistedState("s", StateId(1, 2), 3, 4, (5, 6, 7), 8, "v", (source,))
+    kinds = frozenset({"vrp", "aspa", "router_key"})
+    return PersistedState(
+        "s",
+        StateId(1, 2),
+        3,
+        4,
+        (5, 6, 7),
+        8,
+        "v",
+        (source,),
+        groups=(GroupRecord(0, "g", kinds, ("big",)), GroupRecord(1, "h", kinds)),
+        active_groups=(("vrp", "g"), ("aspa", "g"), ("router_key", "g")),
+        policy_id="p",
+    )
 
 
 def test_records_over_64_kib_take_the_field_path_with_the_same_bytes() -> None:
@@ -293,10 +345,10 @@ STATE_CHANGES = {
     "session_ids": (9, 9, 9),
     "published_at": 99,
     "package_version": "other",
-    "sources": (),
-    "groups": (GroupRecord(0, "g", frozenset({"vrp"}), ("big",)),),
-    "active_groups": (("vrp", "g"),),
-    "policy_id": "p",
+    "sources": None,  # its first source's accepted_at: see `changed_state`
+    "groups": None,  # a third, empty group
+    "active_groups": (("vrp", "g"), ("aspa", "g"), ("aspa_v4", "g"), ("router_key", "g")),
+    "policy_id": "q",
     "policy_json": "{}",
     "mode": "offline",
     "reference_time": 5,
@@ -308,10 +360,10 @@ STATE_CHANGES = {
 STATE_EXCLUDED = {"observed_at": 12345, "recovered_from": StateId(1, 1)}
 SOURCE_CHANGES = {
     "name": "other",
-    "group": "other",
+    "group": "h",  # with its group_id: both say which group the source is in
     "kind": "http",
     "complete": False,
-    "capabilities": frozenset({"vrp"}),
+    "capabilities": frozenset({"vrp", "router_key"}),
     "selected": frozenset({"vrp"}),
     "accepted_at": 2,
     "location": "elsewhere",
@@ -332,7 +384,7 @@ SOURCE_CHANGES = {
     "invalidated": True,
     "aspa_families": 1,
     "aspa_afis": bytes([2, 2]),
-    "metadata_json": '{"rtr":{"incremental_usable":false}}',
+    "metadata_json": '{"x":1}',
     "vrp_duplicates": ((4, pack_v4(0, 0, 0, 0), 1),),
     "router_key_duplicates": ((RouterKey(b"\x02" * 20, 8, b"0"), 5),),
     "aspa_duplicates": ((Aspa(65001, (1,)), 2, 6),),
@@ -340,15 +392,45 @@ SOURCE_CHANGES = {
 SOURCE_EXCLUDED = {"evaluated_at": 777}
 
 
+def regrouped(
+    state: PersistedState, sources: tuple[SourceRecord, ...], **changes: object
+) -> PersistedState:
+    """``state`` with ``sources`` (and ``changes``), its groups' members recomputed."""
+    groups = tuple(
+        replace(g, source_names=tuple(sorted(s.name for s in sources if s.group_id == i)))
+        for i, g in enumerate(state.groups)
+    )
+    return replace(state, sources=sources, groups=groups, **changes)  # type: ignore[arg-type]
+
+
+def changed_state(state: PersistedState, name: str, value: object) -> PersistedState:
+    """``state`` with ``name`` changed to ``value`` (or, for None, as the change list says)."""
+    if name == "sources":
+        value = (replace(state.sources[0], accepted_at=12),)
+    elif name == "groups":
+        value = (*state.groups, GroupRecord(len(state.groups), "empty", frozenset()))
+    return replace(state, **{name: value})  # type: ignore[arg-type]
+
+
 def changed_source(state: PersistedState, name: str, value: object) -> PersistedState:
-    """``state`` with its first source's ``name`` changed (a family's keys with their expiries)."""
+    """``state`` with its first source's ``name`` changed, kept valid.
+
+    A family's keys change with their expiries; a move to group ``h`` changes the group and
+    its id (and the active groups); fewer capabilities drop the ASPA families.
+    """
     source = state.sources[0]
     changes: dict[str, object] = {name: value}
+    moved: dict[str, object] = {}
     if name in {"v4", "v6"}:
         changes[f"{name}_expires"] = array("q", [1])
     elif name in {"v4_expires", "v6_expires"}:
         changes[name] = array("q", [e - 1 for e in getattr(source, name)])
-    return replace(state, sources=(replace(source, **changes),))  # type: ignore[arg-type]
+    elif name in {"group", "group_id"}:
+        changes = {"group": "h", "group_id": 1}
+        moved["active_groups"] = tuple((k, "h") for k, _ in state.active_groups)
+    elif name == "capabilities":
+        changes.update(aspa_families=0, aspa_afis=b"")
+    return regrouped(state, (replace(source, **changes),), **moved)  # type: ignore[arg-type]
 
 
 def test_the_change_lists_cover_every_field_of_the_model() -> None:
@@ -360,7 +442,7 @@ def test_the_change_lists_cover_every_field_of_the_model() -> None:
 def test_the_digest_covers_every_state_field(name: str, value: object) -> None:
     state = big_state()
     assert state_digest(state) == state_digest(big_state())  # deterministic
-    assert state_digest(replace(state, **{name: value})) != state_digest(state)  # type: ignore[arg-type]
+    assert state_digest(changed_state(state, name, value)) != state_digest(state)
 
 
 @pytest.mark.parametrize(("name", "value"), SOURCE_CHANGES.items(), ids=list(SOURCE_CHANGES))
@@ -385,5 +467,5 @@ def test_the_digest_leaves_out_the_write_and_observation_times(name: str, value:
 
 def test_the_source_order_does_not_change_the_digest() -> None:
     a, b = replace(big_state().sources[0], name="a"), replace(big_state().sources[0], name="b")
-    one = replace(big_state(), sources=(a, b))
-    assert state_digest(one) == state_digest(replace(one, sources=(b, a)))
+    one = regrouped(big_state(), (a, b))
+    assert state_digest(one) == state_digest(regrouped(one, (b, a)))

@@ -37,7 +37,7 @@ def small_state() -> PersistedState:
     return replace(
         state,
         sources=(source,),
-        active_groups=(("vrp", "g"), ("aspa_v4", "g"), ("aspa_v6", "g")),
+        active_groups=(("vrp", "g"), ("aspa_v4", "g"), ("aspa_v6", "g"), ("router_key", "g")),
     )
 
 
@@ -151,22 +151,22 @@ REFUSALS = [
     ("empty SPKI", edit('"cdef"', '""'), "$.sources[0].router_keys[0]", "must not be empty"),
     (
         "group id",
-        edit('"groups":[]', '"groups":[{"id":1,"name":"g","kinds":[],"sources":[]}]'),
-        "$.groups[0].id",
-        "expected 0",
+        edit('{"id":1,"name":"h"', '{"id":2,"name":"h"'),
+        "$.groups[1].id",
+        "expected 1",
     ),
     (
         "group members",
-        edit('"groups":[]', '"groups":[{"id":0,"name":"g","kinds":[],"sources":["b","a"]}]'),
-        "$.groups[0]",
+        edit('"sources":[]}', '"sources":["b","a"]}'),
+        "$.groups[1]",
         "sorted",
     ),
     ("active kind", edit('["vrp","g"]', '["bgp","g"]'), "$.active_groups[0]", "unknown kind"),
     (
         "v1 active kind",
-        edit('["aspa_v4","g"],["aspa_v6","g"]', '["aspa","g"]'),
-        "$.active_groups[1]",
-        "unknown kind",
+        edit('["aspa_v4","g"],["aspa_v6","g"]', '["aspa_v6","g"],["aspa_v4","g"]'),
+        "$.active_groups",
+        "order",
     ),
     (
         "upstream member",
@@ -214,7 +214,11 @@ def v1_state() -> PersistedState:
         v6=pack_v6(MAPPED | 0xC0000201, 128, 128, 64496),
         v6_expires=array("q", [1_767_225_600_000_000]),
     )
-    return replace(state, sources=(source,))
+    return replace(
+        state,
+        sources=(source,),
+        active_groups=(("vrp", "g"), ("aspa", "g"), ("router_key", "g")),
+    )
 
 
 def test_the_version_1_import_is_a_separate_explicit_path() -> None:
@@ -235,7 +239,7 @@ def test_the_version_1_import_keeps_every_time_and_covers_both_aspa_families() -
     source, before = imported.sources[0], original.sources[0]
     assert [source.afi_of(i) for i in range(len(source.aspas))] == [0, 0]
     assert source.aspa_families == 3
-    assert dict(imported.active_groups) == {"vrp": "g", "aspa_v4": "g", "aspa_v6": "g"}
+    assert dict(imported.active_groups) == {"vrp": "g", "aspa": "g", "router_key": "g"}
     assert list(source.v4_expires) == list(before.v4_expires)
     assert list(source.v6_expires) == list(before.v6_expires)
     assert [e for _, e in source.aspas] == [e for _, e in before.aspas]
@@ -253,8 +257,8 @@ def test_the_version_1_import_keeps_every_time_and_covers_both_aspa_families() -
 
 def test_version_1_cannot_express_single_family_aspas() -> None:
     with pytest.raises(ExchangeFormatError, match="version 1 has no single-family ASPAs"):
-        b"".join(encode_version_1(small_state()))
-    per_family = replace(v1_state(), active_groups=(("aspa_v4", "a"), ("aspa_v6", "b")))
+        b"".join(encode_version_1(replace(small_state(), active_groups=v1_state().active_groups)))
+    per_family = replace(v1_state(), active_groups=(*v1_state().active_groups, ("aspa_v4", "g")))
     with pytest.raises(ExchangeFormatError, match="per-family ASPA groups"):
         b"".join(encode_version_1(per_family))
 

@@ -102,8 +102,17 @@ def example_states() -> list[PersistedState]:
         base.sources[0],
         v6=b"".join(mapped),
         v6_expires=array("q", [1, 2, 3]),
+        # The retained shape of a v2 -> v1 ASPA revocation (contract P-33).
+        kind="rtr",
+        location="rtr://192.0.2.1:3323",
         metadata_json='{"rtr":{"incremental_usable":false}}',
         protocol=2,
+        capabilities=frozenset({"vrp", "router_key"}),
+        selected=frozenset({"vrp", "router_key"}),
+        present=frozenset({"vrp", "router_key"}),
+        aspa_families=0,
+        aspas=(),
+        aspa_afis=b"",
     )
     variant = replace(
         base,
