@@ -39,6 +39,8 @@ the previous data keeps serving.
 subcommands:
   rtr-serve check-config FILE   validate a configuration file without network activity
                                 (see rtr-serve check-config --help)
+  rtr-serve state export|import write a state file's exchange document, or import one
+                                into a new state file (see rtr-serve state --help)
 """
 
 EPILOG = """\
