@@ -113,7 +113,7 @@ ubuntu_keyring() {
 		return 0
 	fi
 	work=$(mktemp -d "$forky/tmp/keyring.XXXXXX")
-	chmod 0755 "$work" # apt downloads as _apt
+	chmod 0777 "$work" # apt downloads as _apt
 	cp /etc/resolv.conf "$forky/etc/resolv.conf"
 	if chroot "$forky" sh -c "apt-get -q -o Acquire::Check-Valid-Until=false update >/dev/null && cd /tmp/$(basename "$work") && apt-get -q download ubuntu-keyring >/dev/null" >&2; then
 		deb=$(ls "$work"/ubuntu-keyring_*.deb 2>/dev/null | head -n 1)

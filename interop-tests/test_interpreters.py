@@ -38,8 +38,15 @@ SETUP_HINT = "run `bash .ci/interpreters-setup.sh` (as root) first"
 PURE_DEPENDENCIES = ("anyio", "sniffio", "idna", "typing_extensions")
 #: Where the chroots see the checkout, the dependencies and the shared folder of state files.
 INNER = Path("/p38")
-#: The IPv4-mapped prefix of the fixed state, as the contract spells it.
+#: The first IPv4-mapped prefix of the fixed state, as the contract spells it.
 MAPPED_TEXT = "::ffff:192.0.2.0/120"
+#: Every IPv4-mapped prefix of the fixed state, as its exchange document must spell them.
+MAPPED_IN_DOCUMENT = [
+    "::ffff:0.0.0.0/96",
+    "::ffff:10.0.0.0/104",
+    "::ffff:192.0.2.0/120",
+    "::ffff:198.51.100.7/128",
+]
 RUN_TIMEOUT = 120.0
 
 
@@ -199,15 +206,18 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 def _without_store(view: dict[str, Any]) -> dict[str, Any]:
     """A receipt+state view less what depends on the store id (its own per file)."""
     receipt = {k: v for k, v in view["receipt"].items() if k != "state_digest"}
-    state = {k: v for k, v in view["state"].items() if k not in {"store_id", "state_digest"}}
+    own = {"store_id", "state_digest", "exchange_digest"}
+    state = {k: v for k, v in view["state"].items() if k not in own}
     return {"receipt": receipt, "state": state}
 
 
 def test_same_state_same_digests_and_spelling(lab: Lab) -> None:
     """Every interpreter computes the same digests, identities and deadlines for the fixed state.
 
-    The exchange text of the mapped prefix (when the checkout has it) is ``::ffff:a.b.c.d/len``
-    everywhere; how `ipaddress` and the library's `Vrp` text spell it is noted in the summary.
+    The exchange digest is the SHA-256 of the state's exchange document, which spells every
+    mapped prefix ``::ffff:a.b.c.d/len`` under every interpreter (the stored state digest hashes
+    packed bytes: no text); how `ipaddress` and the library's
+    `Vrp` text spell it (CPython 3.13 changed it) is noted in the summary.
     """
     docs = {i.name: lab.run(i, "spelling") for i in INTERPRETERS}
     versions = {name: doc["python"] for name, doc in docs.items()}
@@ -217,14 +227,19 @@ def test_same_state_same_digests_and_spelling(lab: Lab) -> None:
     for name, doc in docs.items():
         assert doc["fixed_state"] == first["fixed_state"], f"{name} differs from the host"
         assert doc["schema_version"] == first["schema_version"]
-        if doc["exchange_text"] is not None:
-            assert doc["exchange_text"] == MAPPED_TEXT, name
+        assert doc["exchange_text"] == MAPPED_TEXT, name
+        assert doc["exchange_mapped"] == MAPPED_IN_DOCUMENT, name
+        assert doc["exchange_sha256"] == doc["fixed_state"]["exchange_digest"], name
         summary.note(
             f"P-38 {name}: Python {doc['python']}, SQLite {doc['sqlite']}; "
             f"ipaddress {doc['ipaddress_str']!r}, Vrp text {doc['library_vrp_str']!r}, "
             f"exchange text {doc['exchange_text']!r}"
         )
-    summary.note(f"P-38 state digest of the fixed state: {first['fixed_state']['state_digest']}")
+    fixed = first["fixed_state"]
+    summary.note(
+        f"P-38 fixed state: state digest {fixed['state_digest']}, "
+        f"exchange digest {fixed['exchange_digest']}"
+    )
 
 
 def test_every_interpreter_reads_every_file(lab: Lab) -> None:

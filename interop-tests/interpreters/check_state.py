@@ -16,8 +16,9 @@ compares the documents of all interpreters. Commands:
     the state read to equal the one the writer stored), then commit the fixed state of
     generation STEP + 1 on top of it.
 ``spelling``
-    The interpreter, its SQLite, the fixed state's digests computed in memory, and how the
-    library and `ipaddress` spell an IPv4-mapped IPv6 prefix.
+    The interpreter, its SQLite, the fixed state's view computed in memory, and how
+    `ipaddress`, the library's `Vrp` text and the exchange format (`persistence.exchange_text`,
+    the text the state digest hashes) spell IPv4-mapped IPv6 prefixes.
 
 A state "view" holds the receipt, the recomputed state digest, a store-independent digest (the
 state under `CANONICAL_STORE`), each source's identity and content digest, and every raw
@@ -27,9 +28,10 @@ deadline (integer microseconds, `NEVER` included) in stored order.
 from __future__ import annotations
 
 import dataclasses
-import importlib
+import hashlib
 import ipaddress
 import json
+import re
 import sqlite3
 import sys
 from array import array
@@ -39,6 +41,9 @@ from typing import Any
 import anyio
 
 from persistence import PersistReceipt, SQLiteBackend
+from persistence.exchange import encode
+from persistence.exchange import state_digest as exchange_digest
+from persistence.exchange_text import v6_text
 from persistence.state import NEVER, SCHEMA_VERSION, PersistedState, SourceRecord, StateId
 from snapshot.model import Aspa, RouterKey, Vrp, pack_v4, pack_v6
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
@@ -179,16 +184,6 @@ def receipt_view(receipt: PersistReceipt) -> dict[str, Any]:
     }
 
 
-def _exchange_digest(state: PersistedState) -> str | None:
-    """The exchange format's digest, when the checkout has `persistence.exchange`."""
-    try:
-        exchange = importlib.import_module("persistence.exchange")
-    except ModuleNotFoundError:
-        return None
-    digest: bytes = exchange.state_digest(state)
-    return digest.hex()
-
-
 def state_view(state: PersistedState) -> dict[str, Any]:
     """What must be equal wherever the state is computed or read (see the module docstring)."""
     canonical = dataclasses.replace(state, store_id=CANONICAL_STORE)
@@ -196,7 +191,9 @@ def state_view(state: PersistedState) -> dict[str, Any]:
         "store_id": state.store_id,
         "state_digest": state.digest().hex(),
         "canonical_digest": canonical.digest().hex(),
-        "canonical_exchange_digest": _exchange_digest(canonical),
+        # The exchange format's digest (SHA-256 of the state's exchange document).
+        "exchange_digest": exchange_digest(state).hex(),
+        "canonical_exchange_digest": exchange_digest(canonical).hex(),
         "sources": {
             s.name: {
                 "identity": s.identity,
@@ -296,12 +293,8 @@ def spelling() -> dict[str, Any]:
     """The interpreter, the in-memory digests and the spellings of an IPv4-mapped prefix."""
     address, length, max_length, asn, _ = MAPPED[0]
     network = ipaddress.IPv6Network((address, length))
-    try:
-        text = importlib.import_module("persistence.exchange_text")
-        exchange: str | None = f"{text.v6_text(address)}/{length}"
-    except ModuleNotFoundError:
-        exchange = None
     state = fixed_state(CANONICAL_STORE)
+    document = b"".join(encode(state))
     return {
         "python": sys.version.split()[0],
         "implementation": sys.implementation.name,
@@ -309,7 +302,12 @@ def spelling() -> dict[str, Any]:
         "schema_version": SCHEMA_VERSION,
         "ipaddress_str": str(network),
         "library_vrp_str": str(Vrp(network, max_length, asn)),
-        "exchange_text": exchange,
+        "exchange_text": f"{v6_text(address)}/{length}",
+        # Every mapped prefix as the state's exchange document (what its digest hashes) has it.
+        "exchange_mapped": sorted(
+            set(re.findall(r'"(::ffff:[0-9a-f.:]+/[0-9]+)"', document.decode()))
+        ),
+        "exchange_sha256": hashlib.sha256(document).hexdigest(),
         "fixed_state": state_view(state),
     }
 
