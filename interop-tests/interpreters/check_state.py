@@ -20,8 +20,9 @@ compares the documents of all interpreters. Commands:
     `ipaddress`, the library's `Vrp` text and the exchange format (`persistence.exchange_text`,
     the text the state digest hashes) spell IPv4-mapped IPv6 prefixes.
 
-A state "view" holds the receipt, the recomputed state digest, a store-independent digest (the
-state under `CANONICAL_STORE`), each source's identity and content digest, and every raw
+A state "view" holds the receipt, the recomputed state digest and exchange digest
+(`persistence.exchange.state_digest`), both again for the state under `CANONICAL_STORE` (equal
+for every file), each source's identity, content digest and packed VRP keys, and every raw
 deadline (integer microseconds, `NEVER` included) in stored order.
 """
 
