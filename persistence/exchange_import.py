@@ -196,6 +196,8 @@ def _model(path: str, build: Callable[[], T]) -> T:
     """``build()``; the model's own refusal (ValueError) as an error at ``path``."""
     try:
         return build()
+    except ExchangeFormatError:
+        raise
     except ValueError as exc:
         raise ExchangeFormatError(path, str(exc)) from None
 
