@@ -64,6 +64,7 @@ from persistence.shared.types import (
 from persistence.sqlite_backend import SQLiteStore
 from persistence.state import US_PER_SECOND, PersistedState, StateHeader, seconds_to_us
 from persistence.worker_thread import WorkerThread
+from snapshot.impact import EVERYTHING
 from snapshot.kinds import PayloadKind
 from snapshot.snapshot import EMPTY
 
@@ -319,7 +320,8 @@ class SharedSnapshotClient:
             raise RuntimeError("the shared reader is closed")
         watch = SharedWatch.create(self._watches.discard, self.config.queue_size)
         if self._current is not None:
-            watch.offer(SharedEvent("initial", self._current, None, self._current.version))
+            current = self._current
+            watch.offer(SharedEvent("initial", current, None, current.version, changes=EVERYTHING))
         self._watches.add(watch)
         return watch
 
@@ -488,7 +490,7 @@ class SharedSnapshotClient:
         self._current = new
         self._signal()
         self._wake.set()  # the timer sleeps until the new view's first end
-        notify(self._watches, old, new, event_kind(old, new, why))
+        notify(self._watches, old, new, event_kind(old, new, why), self.config.event_size_limit)
 
 
 def _version(header: StateHeader) -> tuple[int, int]:

@@ -19,12 +19,12 @@ from collections.abc import Iterable, Mapping
 
 from persistence.state import NEVER, US_PER_SECOND, PersistedState, StateHeader
 from snapshot.kinds import PayloadKind
-from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, difference
+from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from snapshot.slurm import SlurmPolicy
 from snapshot.slurm_apply import apply_policy
 from snapshot.snapshot import Snapshot, SnapshotBuilder
 
-__all__ = ["active_groups", "count_diff", "floor_of", "judge_state"]
+__all__ = ["active_groups", "floor_of", "judge_state"]
 
 
 def floor_of(header: StateHeader, state: PersistedState) -> float:
@@ -116,22 +116,3 @@ def judge_state(
         snapshot = apply_policy(policy, snapshot)
     until = {k: None if t >= NEVER else t / US_PER_SECOND for k, t in earliest.items()}
     return snapshot, until
-
-
-def count_diff(old: Snapshot, new: Snapshot) -> tuple[int, int]:
-    """Records added and removed from ``old`` to ``new`` (the complete endpoint diff)."""
-    added = removed = 0
-    for a, b, width in (
-        (old.v4, new.v4, V4_KEY_SIZE),
-        (old.v6, new.v6, V6_KEY_SIZE),
-    ):
-        plus, minus = difference(a, b, width)
-        added += len(plus) // width
-        removed += len(minus) // width
-    for was, now in (
-        (set(old.router_keys), set(new.router_keys)),
-        (set(old.aspas), set(new.aspas)),
-    ):
-        added += len(now - was)
-        removed += len(was - now)
-    return added, removed

@@ -18,8 +18,10 @@ from typing import Self
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from snapshot.impact import DEFAULT_EVENT_SIZE_LIMIT, EVERYTHING, Changes
 from snapshot.kinds import PayloadKind
 from snapshot.lifecycle import Lifecycle
+from snapshot.model import IPNetwork
 from snapshot.queries import ResyncRequiredError, SnapshotView
 from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
@@ -101,6 +103,9 @@ class SharedReaderConfig:
     #: Entering waits (retrying every ``poll_interval``) until the file can be opened and read,
     #: instead of failing: a reader started before its owner.
     wait_for_file: bool = False
+    #: Changes per kind an event lists; beyond it the event names the kind in
+    #: ``requires_full_revalidation`` instead (the upstream client's default).
+    event_size_limit: int = DEFAULT_EVENT_SIZE_LIMIT
 
     def __post_init__(self) -> None:
         if not self.poll_interval > 0 or not self.recheck > 0:
@@ -109,6 +114,8 @@ class SharedReaderConfig:
             raise ValueError("clock_tolerance must be positive")
         if self.queue_size < 1:
             raise ValueError("queue_size must be at least 1")
+        if self.event_size_limit < 0:
+            raise ValueError("event_size_limit must not be negative")
 
 
 #: Where a `SharedSnapshotClient` is in its life (the states every library object shares).
@@ -279,7 +286,15 @@ class SharedEvent:
 
     ``start`` and ``end`` are the (epoch, generation) versions the diff goes between (a
     ``coalesced`` one skipped the generations between them); ``added``/``removed`` count the
-    records of the complete endpoint diff.
+    records of the complete endpoint diff (an ASPA record replaced counts once each way).
+
+    ``changes`` is that diff with its conservative impact, as the upstream client's
+    `SnapshotEvent` has it (`snapshot.impact`): ``affected_prefixes`` holds every prefix of an
+    added or removed VRP (revalidate every route it covers, whatever its origin or length),
+    ``affected_customers`` every customer whose ASPA record changed, and a kind with more
+    changes than the reader's ``event_size_limit`` is named in ``requires_full_revalidation``
+    with none of its changes listed. An ``initial`` event asks for a full revalidation of every
+    kind: all of its snapshot is new to the subscriber.
     """
 
     kind: str
@@ -288,6 +303,22 @@ class SharedEvent:
     end: tuple[int, int]
     added: int = 0
     removed: int = 0
+    changes: Changes = EVERYTHING
+
+    @property
+    def affected_prefixes(self) -> tuple[IPNetwork, ...]:
+        """Every prefix of an added or removed VRP (revalidate all routes it covers)."""
+        return self.changes.affected_prefixes
+
+    @property
+    def affected_customers(self) -> tuple[int, ...]:
+        """Every customer whose ASPA record changed."""
+        return self.changes.affected_customers
+
+    @property
+    def requires_full_revalidation(self) -> frozenset[PayloadKind]:
+        """The kinds whose changes are not listed: revalidate everything of them."""
+        return self.changes.requires_full_revalidation
 
 
 @dataclass(eq=False)
