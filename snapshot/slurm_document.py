@@ -55,7 +55,9 @@ def policy_document(policy: SlurmPolicy) -> str:
             _entry({"asn": f.asn, "SKI": None if f.ski is None else _b64(f.ski)}, f.comment)
             for f in policy.bgpsec_filters
         ],
-        "aspaFilters": [_entry({"customerAsn": f.customer}, f.comment) for f in policy.aspa_filters],
+        "aspaFilters": [
+            _entry({"customerAsn": f.customer}, f.comment) for f in policy.aspa_filters
+        ],
     }
     assertions = {
         "prefixAssertions": [

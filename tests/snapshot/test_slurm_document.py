@@ -65,5 +65,5 @@ def test_a_mapped_ipv6_prefix_is_spelt_with_its_ipv4_address() -> None:
 
 
 def test_a_bad_document_names_where_it_came_from() -> None:
-    with pytest.raises(SlurmError, match="^the stored SLURM policy: "):
+    with pytest.raises(SlurmError, match=r"^the stored SLURM policy: "):
         read_policy_document('{"slurmVersion": 3}')
