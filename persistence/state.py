@@ -8,36 +8,54 @@ table costs a few megabytes and hashes in milliseconds.
 
 from __future__ import annotations
 
-import hashlib
-import sys
 from array import array
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from persistence.kinds import (
+    ASPA_FAMILIES_BOTH,
+    ASPA_FAMILY_V4,
+    ASPA_FAMILY_V6,
+    KIND_BITS,
+    MODES,
+    NOT_INCREMENTAL_METADATA,
+    kinds_to_mask,
+    mask_to_kinds,
+)
+from persistence.state_binary import evaluated_digest, header_digest, source_digest, state_digest
 from snapshot.model import Aspa, RouterKey
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
+
+__all__ = [
+    "ASN_MAX",
+    "ASPA_FAMILIES_BOTH",
+    "ASPA_FAMILY_V4",
+    "ASPA_FAMILY_V6",
+    "KIND_BITS",
+    "NEVER",
+    "NOT_INCREMENTAL_METADATA",
+    "SCHEMA_VERSION",
+    "SESSION_MAX",
+    "US_PER_SECOND",
+    "GroupRecord",
+    "PersistReceipt",
+    "PersistedState",
+    "SourceRecord",
+    "StateHeader",
+    "StateId",
+    "UpstreamRef",
+    "evaluated_digest",
+    "header_digest",
+    "kinds_to_mask",
+    "mask_to_kinds",
+    "seconds_to_us",
+]
 
 SCHEMA_VERSION = 2
 NEVER = (1 << 63) - 1
 US_PER_SECOND = 1_000_000
-#: Payload kinds as stored (a bitmask in the ``sources`` table).
-KIND_BITS = {"vrp": 1, "router_key": 2, "aspa": 4}
 ASN_MAX = 0xFFFF_FFFF
 #: The largest RTR session id (16 bits).
 SESSION_MAX = 0xFFFF
-
-
-def kinds_to_mask(kinds: Iterable[str]) -> int:
-    """The bitmask of payload kind names."""
-    mask = 0
-    for kind in kinds:
-        mask |= KIND_BITS[kind]
-    return mask
-
-
-def mask_to_kinds(mask: int) -> frozenset[str]:
-    """The payload kind names of a bitmask."""
-    return frozenset(kind for kind, bit in KIND_BITS.items() if mask & bit)
 
 
 def seconds_to_us(value: float) -> int:
@@ -55,6 +73,41 @@ class StateId:
 
     def __str__(self) -> str:
         return f"{self.epoch}.{self.generation}"
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamRef:
+    """The upstream state a state was derived from (another store's publish): None for us."""
+
+    store_id: str
+    epoch: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRecord:
+    """One configured group: its index in `PersistedState.groups`, name, kinds and members.
+
+    ``source_names`` are sorted (the configuration's order does not change a logical group);
+    an empty group is kept.
+    """
+
+    group_id: int
+    name: str
+    kinds: frozenset[str]
+    source_names: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if list(self.source_names) != sorted(set(self.source_names)):
+            raise ValueError(f"group {self.name}: source names must be sorted and unique")
+
+
+class _FromCapabilities(frozenset[str]):
+    """The default of `SourceRecord.present`: replaced by the record's capabilities."""
+
+
+_PRESENT_DEFAULT: frozenset[str] = _FromCapabilities()
+_ASPA_FAMILIES_DEFAULT = -1
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -92,12 +145,54 @@ class SourceRecord:
     v6_expires: array[int] = field(default_factory=lambda: array("q"))
     router_keys: tuple[tuple[RouterKey, int], ...] = ()
     aspas: tuple[tuple[Aspa, int], ...] = ()
+    #: Index of the source's group in `PersistedState.groups`.
+    group_id: int = 0
+    #: RTR protocol version of an rtr source's data (0, 1 or 2); None for a JSON source.
+    protocol: int | None = None
+    #: Kinds whose section (JSON) or PDUs (RTR) were present in the accepted load; by default
+    #: the capabilities.
+    present: frozenset[str] = _PRESENT_DEFAULT
+    invalidated: bool = False
+    #: Bit 0 IPv4, bit 1 IPv6: complete ASPA coverage; 0: no ASPA support. By default both
+    #: families when the source can deliver ASPAs, else 0.
+    aspa_families: int = _ASPA_FAMILIES_DEFAULT
+    #: One byte per `aspas` entry: 0 both families (not an IANA value), 1 IPv4, 2 IPv6; empty
+    #: means every entry is 0.
+    aspa_afis: bytes = b""
+    #: The source's raw metadata as canonical JSON (see `NOT_INCREMENTAL_METADATA`).
+    metadata_json: str | None = None
+    #: Extra supports of payloads already present (contract P-27: a duplicate keeps its own
+    #: support position): VRPs as (family 4/6, packed key, expiry), router keys and ASPAs
+    #: (with their afi) as (record, expiry).
+    vrp_duplicates: tuple[tuple[int, bytes, int], ...] = ()
+    router_key_duplicates: tuple[tuple[RouterKey, int], ...] = ()
+    aspa_duplicates: tuple[tuple[Aspa, int, int], ...] = ()
 
     def __post_init__(self) -> None:
+        if isinstance(self.present, _FromCapabilities):
+            object.__setattr__(self, "present", frozenset(self.capabilities))
+        if self.aspa_families == _ASPA_FAMILIES_DEFAULT:
+            both = ASPA_FAMILIES_BOTH if "aspa" in self.capabilities else 0
+            object.__setattr__(self, "aspa_families", both)
+        if not 0 <= self.aspa_families <= ASPA_FAMILIES_BOTH:
+            raise ValueError(f"source {self.name}: aspa_families out of range")
+        if self.aspa_afis and len(self.aspa_afis) != len(self.aspas):
+            raise ValueError(f"source {self.name}: one ASPA afi per ASPA")
+        if any(afi > 2 for afi in self.aspa_afis):
+            raise ValueError(f"source {self.name}: ASPA afi must be 0, 1 or 2")
         if len(self.v4) % V4_KEY_SIZE or len(self.v4) // V4_KEY_SIZE != len(self.v4_expires):
             raise ValueError(f"source {self.name}: IPv4 keys and expiries do not match")
         if len(self.v6) % V6_KEY_SIZE or len(self.v6) // V6_KEY_SIZE != len(self.v6_expires):
             raise ValueError(f"source {self.name}: IPv6 keys and expiries do not match")
+
+    @property
+    def incremental_usable(self) -> bool:
+        """False only in the retained shape of a v2 -> v1 ASPA revocation (no Serial Query base)."""
+        return self.metadata_json != NOT_INCREMENTAL_METADATA
+
+    def afi_of(self, index: int) -> int:
+        """The stored afi (0/1/2) of the ``index``-th ASPA."""
+        return self.aspa_afis[index] if self.aspa_afis else 0
 
     @property
     def vrp_count(self) -> int:
@@ -106,11 +201,11 @@ class SourceRecord:
 
     def same_content(self, other: SourceRecord) -> bool:
         """Equal fields and payloads."""
-        return _source_digest(self) == _source_digest(other)
+        return source_digest(self) == source_digest(other)
 
     def content_digest(self) -> bytes:
         """SHA-256 of the fields and payloads (``evaluated_at`` left out): its representation."""
-        return _source_digest(self)
+        return source_digest(self)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -133,30 +228,32 @@ class PersistedState:
     #: database's old publish version, contract P-54); None otherwise. Stored in the header and
     #: covered by the header digest, no part of the state digest.
     recovered_from: StateId | None = None
+    #: Every configured group (empty ones kept), indexed by `SourceRecord.group_id`.
+    groups: tuple[GroupRecord, ...] = ()
+    #: The active group of each kind ("vrp", "router_key", or "aspa_v4"/"aspa_v6"): its name.
+    active_groups: tuple[tuple[str, str], ...] = ()
+    #: Digest of the SLURM policy in force and that policy as canonical JSON.
+    policy_id: str | None = None
+    policy_json: str | None = None
+    #: "online" or "offline", and an offline state's fixed evaluation time.
+    mode: str = "online"
+    reference_time: int | None = None
+    upstream: UpstreamRef | None = None
+    #: The configuration's publish identity and digest (set by the client).
+    config_store_id: str | None = None
+    config_epoch: int | None = None
+    config_identity: str | None = None
 
     def __post_init__(self) -> None:
         names = [s.name for s in self.sources]
         if len(set(names)) != len(names):
             raise ValueError(f"source names must be unique: {names}")
+        if self.mode not in MODES:
+            raise ValueError(f"state mode must be one of {MODES}: {self.mode!r}")
 
     def digest(self) -> bytes:
         """SHA-256 over the canonical serialisation of the state (the state digest)."""
-        h = hashlib.sha256(b"rtr-serve state v2\x00")
-        _put_str(h, self.store_id)
-        for value in (
-            self.state_id.epoch,
-            self.state_id.generation,
-            self.config_revision,
-            self.serial,
-            *self.session_ids,
-            self.published_at,
-            len(self.sources),
-        ):
-            _put_int(h, value)
-        _put_str(h, self.package_version)
-        for source in sorted(self.sources, key=lambda s: s.name):
-            h.update(_source_digest(source))
-        return h.digest()
+        return state_digest(self)
 
     def time_floor(self) -> int:
         """The latest time the state shows was reached: a commit's ``written_at`` is no earlier.
@@ -227,66 +324,6 @@ class StateHeader:
         )
 
 
-def header_digest(  # noqa: PLR0917 - one parameter per header column
-    schema_version: int,
-    store_id: str,
-    state_id: StateId,
-    config_revision: int,
-    serial: int,
-    session_ids: tuple[int, int, int],
-    published_at: int,
-    written_at: int,
-    state_digest: bytes,
-    package_version: str,
-    *,
-    observed_at: int | None = None,
-    evaluated_digest: bytes | None = None,
-    recovered_from: StateId | None = None,
-) -> bytes:
-    """The header digest over the header fields and the state digest.
-
-    With ``observed_at`` and ``evaluated_digest`` it covers them too (a header that stores
-    them); without, it is the digest of a header written before they were stored. A
-    ``recovered_from`` is covered after them, behind its own tag; None adds nothing, so every
-    header written before it existed keeps its digest.
-    """
-    stored_times = observed_at is not None or evaluated_digest is not None
-    h = hashlib.sha256(
-        b"rtr-serve header v2 times\x00" if stored_times else b"rtr-serve header v2\x00"
-    )
-    _put_str(h, store_id)
-    for value in (
-        schema_version,
-        state_id.epoch,
-        state_id.generation,
-        config_revision,
-        serial,
-        *session_ids,
-        published_at,
-        written_at,
-    ):
-        _put_int(h, value)
-    h.update(state_digest)
-    _put_str(h, package_version)
-    if stored_times:
-        _put_int(h, -1 if observed_at is None else observed_at)
-        h.update(evaluated_digest or b"")
-    if recovered_from is not None:
-        h.update(b"\x00recovered from\x00")
-        _put_int(h, recovered_from.epoch)
-        _put_int(h, recovered_from.generation)
-    return h.digest()
-
-
-def evaluated_digest(sources: Iterable[SourceRecord]) -> bytes:
-    """SHA-256 over each source's name and ``evaluated_at``, in the order given (stored order)."""
-    h = hashlib.sha256(b"rtr-serve evaluated v1\x00")
-    for source in sources:
-        _put_str(h, source.name)
-        _put_int(h, source.evaluated_at)
-    return h.digest()
-
-
 @dataclass(frozen=True, slots=True)
 class PersistReceipt:
     """What a commit (or its idempotent retry) actually stored: the persistence contract's receipt.
@@ -302,57 +339,3 @@ class PersistReceipt:
     state_digest: bytes
     #: True when the same state was already stored (a retry after an unknown outcome).
     retried: bool = field(default=False, compare=False)
-
-
-def _put_int(h: hashlib._Hash, value: int) -> None:
-    h.update(value.to_bytes(9, "big", signed=True))
-
-
-def _put_str(h: hashlib._Hash, value: str) -> None:
-    data = value.encode()
-    _put_int(h, len(data))
-    h.update(data)
-
-
-def _big_endian(values: array[int]) -> bytes:
-    if sys.byteorder == "big":
-        return values.tobytes()
-    copy = array("q", values)
-    copy.byteswap()
-    return copy.tobytes()
-
-
-def _source_digest(source: SourceRecord) -> bytes:
-    h = hashlib.sha256(b"source\x00")
-    for text in (source.name, source.group, source.kind, source.location):
-        _put_str(h, text)
-    if source.identity is not None:  # absent in files of before: their digests stay
-        h.update(b"identity\x00")
-        _put_str(h, source.identity)
-    for value in (
-        int(source.complete),
-        kinds_to_mask(source.capabilities),
-        kinds_to_mask(source.selected),
-        source.accepted_at,
-        source.expires_at,
-        -1 if source.rtr_session is None else source.rtr_session,
-        -1 if source.rtr_serial is None else source.rtr_serial,
-        -1 if source.generated_at is None else source.generated_at,
-    ):
-        _put_int(h, value)
-    for packed, expiries in ((source.v4, source.v4_expires), (source.v6, source.v6_expires)):
-        _put_int(h, len(packed))
-        h.update(packed)
-        h.update(_big_endian(expiries))
-    _put_int(h, len(source.router_keys))
-    for key, expires in source.router_keys:
-        h.update(key.sort_key())
-        _put_int(h, len(key.spki))
-        _put_int(h, expires)
-    _put_int(h, len(source.aspas))
-    for aspa, expires in source.aspas:
-        _put_int(h, aspa.customer)
-        _put_int(h, expires)
-        _put_int(h, len(aspa.providers))
-        h.update(b"".join(p.to_bytes(4, "big") for p in aspa.providers))
-    return h.digest()

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from persistence.state import PersistedState, SourceRecord, StateId
+from persistence.state import GroupRecord, PersistedState, SourceRecord, StateId, UpstreamRef
 from snapshot.model import Aspa, RouterKey, pack_v4, pack_v6
 from tests.persistence.helpers import KINDS, opened
 from tests.persistence.states import assert_same_state, make_state, realistic_sources
@@ -169,6 +169,16 @@ HEADER_CHANGES = {
     "published_at": BASE.published_at + 1,
     "package_version": "0.0.1-test",
     "sources": BASE.sources[:2],
+    "groups": (GroupRecord(0, "primary", frozenset({"vrp"}), ("a",)),),
+    "active_groups": (("vrp", "primary"),),
+    "policy_id": "sha256:" + "1" * 64,
+    "policy_json": '{"slurmVersion":1}',
+    "mode": "offline",
+    "reference_time": 0,
+    "upstream": UpstreamRef("u" * 32, 1, 2),
+    "config_store_id": "c" * 32,
+    "config_epoch": 3,
+    "config_identity": "sha256:" + "2" * 64,
 }
 #: Fields that are deliberately no part of the content (and so of the digest).
 NOT_DIGESTED = {
@@ -197,6 +207,16 @@ SOURCE_CHANGES = {
     "v6_expires": array("q", [first.v6_expires[0] - 1, *first.v6_expires[1:]]),
     "router_keys": first.router_keys[:1],
     "aspas": (*first.aspas[:2], (Aspa(0xFFFF_FFFF, (1, 2, 3, 4, 5)), first.aspas[2][1])),
+    "group_id": 1,
+    "protocol": 2,
+    "present": frozenset({"vrp"}),
+    "invalidated": True,
+    "aspa_families": 1,
+    "aspa_afis": bytes([0, 1, 2]),
+    "metadata_json": '{"rtr":{"incremental_usable":false}}',
+    "vrp_duplicates": ((4, first.v4[:12], 5),),
+    "router_key_duplicates": first.router_keys[:1],
+    "aspa_duplicates": ((first.aspas[0][0], 1, 7),),
 }
 
 
