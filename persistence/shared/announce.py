@@ -18,12 +18,20 @@ from datetime import UTC, datetime
 
 from persistence.shared.judging import ReaderTime
 from persistence.shared.types import SharedEvent, SharedSnapshot, SharedWatch
-from persistence.state import US_PER_SECOND, StateHeader
+from persistence.state import US_PER_SECOND, PersistedState, StateHeader
 from snapshot.delta import Delta, compute_delta
 from snapshot.impact import EVERYTHING, impact_of
 from snapshot.queries import ResyncRequiredError
 
-__all__ = ["count_delta", "event_kind", "log_trust", "notify", "utc"]
+__all__ = [
+    "count_delta",
+    "event_kind",
+    "initial_event",
+    "log_read",
+    "log_trust",
+    "notify",
+    "utc",
+]
 
 log = logging.getLogger("persistence.shared.client")
 
@@ -40,6 +48,11 @@ def event_kind(old: SharedSnapshot | None, new: SharedSnapshot, why: str) -> str
     if old is not None and old.refused:
         return "trusted" if old.version == new.version else why
     return why
+
+
+def initial_event(current: SharedSnapshot) -> SharedEvent:
+    """The first event of a subscription: all of ``current`` is new to it."""
+    return SharedEvent("initial", current, None, current.version, changes=EVERYTHING)
 
 
 def count_delta(delta: Delta) -> tuple[int, int]:
@@ -68,7 +81,7 @@ def notify(
         return  # nobody to tell: no diff computed
     if old is None:
         for watch in targets:
-            watch.offer(SharedEvent("initial", new, None, new.version, changes=EVERYTHING))
+            watch.offer(initial_event(new))
         return
     if (old.store_id, old.epoch) != (new.store_id, new.epoch):
         error = ResyncRequiredError(
@@ -87,6 +100,17 @@ def notify(
     event = SharedEvent(kind, new, old.version, new.version, added, removed, changes)
     for watch in targets:
         watch.offer(event)
+
+
+def log_read(header: StateHeader, state: PersistedState) -> None:
+    """Log a complete state read."""
+    log.info(
+        "shared reader: read state %s (owner serial %d, %d VRPs, written %s)",
+        header.state_id,
+        state.serial,
+        state.vrp_count(),
+        utc(header.written_at / US_PER_SECOND),
+    )
 
 
 def log_trust(

@@ -53,9 +53,9 @@ DEFAULT_CLOCK_TOLERANCE = 300.0
 class Afi(enum.Enum):
     """An address family of ASPA readiness (`wait_ready(aspa_afi=...)`).
 
-    The library's ASPA records carry no address family (one ASPA set serves IPv4 and IPv6
-    paths alike), so both families' availability comes from the one ASPA kind; the enum lets a
-    caller name the family it needs, as the contract asks, without a second stored set.
+    Each family is judged on its own: its coverage (`SourceRecord.aspa_families`), the writer's
+    active group for it (``aspa_v4``/``aspa_v6``) and its entries (a stored afi of 0 serves
+    both families); see `persistence.shared.convert.judge_families`.
     """
 
     IPV4 = "ipv4"
@@ -157,22 +157,25 @@ class SharedSnapshot:
     #: The state was refused (written too far ahead of the wall clock): the snapshot is empty
     #: and no kind is usable.
     refused: bool = False
+    #: The ASPA families covered (by a live source of the family's active group), each
+    #: family's usable-until time (None: never) and the writer's active group of each family.
+    aspa_covered: frozenset[Afi] = frozenset()
+    aspa_usable_until_by_afi: Mapping[Afi, float | None] = field(default_factory=dict)
+    aspa_active_groups: Mapping[Afi, tuple[str, ...]] = field(default_factory=dict)
 
     @property
     def upstream_id(self) -> UpstreamId:
         """The writer's identity and configuration revision of this snapshot."""
         return UpstreamId(self.store_id, self.epoch, self.generation, self.config_revision)
 
-    @property
-    def aspa_usable_until_by_afi(self) -> dict[Afi, float | None]:
-        """Each family's ASPA usable-until time (one ASPA set serves both, see `Afi`)."""
-        return dict.fromkeys(Afi, self.usable_until_by_kind.get(PayloadKind.ASPA))
-
     def aspa_usable(self, afi: Afi, now: float) -> bool:
-        """Whether ASPA data may still be used for ``afi`` at ``now`` (never if refused)."""
-        if self.refused:
+        """Whether ASPA data may be used for ``afi`` at ``now``: covered, not past its end.
+
+        Never for a refused state, nor for a family no live source of its active group covers.
+        """
+        if self.refused or afi not in self.aspa_covered:
             return False
-        until = self.aspa_usable_until_by_afi[afi]
+        until = self.aspa_usable_until_by_afi.get(afi)
         return until is None or now < until
 
     @property
@@ -182,8 +185,9 @@ class SharedSnapshot:
 
     @property
     def usable_until(self) -> float | None:
-        """The earliest usable-until time over the kinds (None: never)."""
+        """The earliest usable-until time over the kinds and ASPA families (None: never)."""
         times = [t for t in self.usable_until_by_kind.values() if t is not None]
+        times += [t for t in self.aspa_usable_until_by_afi.values() if t is not None]
         return min(times, default=None)
 
     def view(self) -> SnapshotView:
@@ -238,6 +242,9 @@ class SharedStatus:
     aspa_usable_until_by_afi: Mapping[Afi, float | None] = field(default_factory=dict)
     #: The writer's active groups per kind in the held state.
     active_groups: Mapping[PayloadKind, tuple[str, ...]] = field(default_factory=dict)
+    #: The ASPA families covered in the held state and the writer's active group of each.
+    aspa_covered: frozenset[Afi] = frozenset()
+    aspa_active_groups: Mapping[Afi, tuple[str, ...]] = field(default_factory=dict)
     #: The reader's own publish count of the held snapshot.
     local_generation: int = 0
     #: False while the state read last is refused (the wall clock too far behind its write time).
