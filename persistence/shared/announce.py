@@ -27,6 +27,7 @@ __all__ = [
     "count_delta",
     "event_kind",
     "initial_event",
+    "local_epoch",
     "log_read",
     "log_trust",
     "notify",
@@ -53,6 +54,17 @@ def event_kind(old: SharedSnapshot | None, new: SharedSnapshot, why: str) -> str
 def initial_event(current: SharedSnapshot) -> SharedEvent:
     """The first event of a subscription: all of ``current`` is new to it."""
     return SharedEvent("initial", current, None, current.version, changes=EVERYTHING)
+
+
+def local_epoch(old: SharedSnapshot | None, store_id: str, epoch: int) -> int:
+    """The reader's own epoch of a view of the writer's ``store_id``/``epoch`` after ``old``.
+
+    1 for the first view; one more at each change of the writer's publish identity (where
+    every watch must resynchronise), the same otherwise.
+    """
+    if old is None:
+        return 1
+    return old.local_epoch + int((old.store_id, old.epoch) != (store_id, epoch))
 
 
 def count_delta(delta: Delta) -> tuple[int, int]:

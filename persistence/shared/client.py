@@ -38,6 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import uuid
 from collections.abc import Set as AbstractSet
 from typing import Self
 
@@ -46,7 +47,7 @@ from anyio.abc import TaskStatus
 
 from persistence.clock import Clock
 from persistence.errors import CorruptStateError, PersistenceError
-from persistence.shared.announce import event_kind, initial_event, log_read, log_trust, notify
+from persistence.shared import announce
 from persistence.shared.build_slots import BuildPurpose, BuildSlots
 from persistence.shared.convert import active_groups, uncovered
 from persistence.shared.judging import ReaderTime, WallClock, prepare
@@ -57,6 +58,7 @@ from persistence.shared.samples import (
     readiness_request,
     ready_for,
     status_of,
+    timer_delay,
 )
 from persistence.shared.types import (
     CLOSE_DEADLINE,
@@ -97,6 +99,8 @@ class SharedSnapshotClient:
         reader's effective time forward; there is no public clock API.
         """
         self.config = config
+        #: The reader's own store id (its snapshots' `ReaderId`; new for each reader).
+        self.reader_store_id = uuid.uuid4().hex
         self._store = SQLiteStore(config.path, read_only=True)
         self._worker = WorkerThread("sqlite-shared-reader")
         self._state = ReaderState.CREATED
@@ -321,7 +325,7 @@ class SharedSnapshotClient:
             raise RuntimeError("the shared reader is closed")
         watch = SharedWatch.create(self._watches.discard, self.config.queue_size)
         if self._current is not None:
-            watch.offer(initial_event(self._current))
+            watch.offer(announce.initial_event(self._current))
         self._watches.add(watch)
         return watch
 
@@ -366,16 +370,9 @@ class SharedSnapshotClient:
             self._error = None
             self._signal()
 
-    def _delay(self) -> float:
-        current = self._current
-        until = None if current is None or current.refused else current.usable_until
-        if until is None:
-            return self.config.recheck
-        return min(self.config.recheck, max(0.0, until - self.now()))
-
     async def _expire(self) -> None:
         while True:
-            with anyio.move_on_after(self._delay()):
+            with anyio.move_on_after(timer_delay(self._current, self.now(), self.config.recheck)):
                 await self._wake.wait()
             self._wake = anyio.Event()
             due = self._due()
@@ -410,7 +407,7 @@ class SharedSnapshotClient:
     async def _adopt(self, stored: tuple[StateHeader, PersistedState]) -> None:
         header, state = stored
         self._counts["states_read"] += 1
-        log_read(header, state)
+        announce.log_read(header, state)
         async with self._header_lock:
             job = functools.partial(prepare, state, owner=self.config.policy is None)
             try:
@@ -485,14 +482,17 @@ class SharedSnapshotClient:
             clock=self.now,
             active_groups=active_groups(state),
             local_generation=self._counts["local_generation"],
+            reader_store_id=self.reader_store_id,
+            local_epoch=announce.local_epoch(old, state.store_id, header.state_id.epoch),
             refused=refused,
             aspa_covered=families.covered,
             aspa_usable_until_by_afi=families.until,
             aspa_active_groups=families.groups,
         )
         self._counts["header_builds" if purpose is BuildPurpose.HEADER else "calibrations"] += 1
-        log_trust(self.time, old, new, header)
+        announce.log_trust(self.time, old, new, header)
         self._current = new
         self._signal()
         self._wake.set()  # the timer sleeps until the new view's first end
-        notify(self._watches, old, new, event_kind(old, new, why), self.config.event_size_limit)
+        kind = announce.event_kind(old, new, why)
+        announce.notify(self._watches, old, new, kind, self.config.event_size_limit)

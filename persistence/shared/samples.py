@@ -33,6 +33,7 @@ __all__ = [
     "readiness_request",
     "ready_for",
     "status_of",
+    "timer_delay",
 ]
 
 #: The kinds `wait_ready` may ask for.
@@ -126,10 +127,19 @@ def status_of(current: SharedSnapshot | None, facts: ReaderFacts, now: float) ->
         aspa_covered=current.aspa_covered,
         aspa_active_groups=dict(current.aspa_active_groups),
         local_generation=current.local_generation,
+        reader_id=current.reader_id,
         trusted=not current.refused,
         reads=facts.reads,
         read_errors=facts.read_errors,
     )
+
+
+def timer_delay(current: SharedSnapshot | None, now: float, recheck: float) -> float:
+    """How long the expiry timer sleeps: until the view's next end, at most ``recheck``."""
+    until = None if current is None or current.refused else current.usable_until
+    if until is None:
+        return recheck
+    return min(recheck, max(0.0, until - now))
 
 
 def metrics_of(

@@ -31,6 +31,7 @@ __all__ = [
     "CLOSE_DEADLINE",
     "DEFAULT_CLOCK_TOLERANCE",
     "Afi",
+    "ReaderId",
     "ReaderState",
     "SharedEvent",
     "SharedMetrics",
@@ -133,6 +134,20 @@ class UpstreamId:
 
 
 @dataclass(frozen=True, slots=True)
+class ReaderId:
+    """The reader's own identity of a snapshot it published (not the writer's).
+
+    ``store_id`` is new for each reader; ``epoch`` starts at 1 and grows with each change of
+    the writer's publish identity (a resynchronisation); ``generation`` is the reader's publish
+    count, growing with every snapshot it publishes (a new header or a local re-judging).
+    """
+
+    store_id: str
+    epoch: int
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
 class SharedSnapshot:
     """The writer's state as the reader judged it, with each kind's usable-until time."""
 
@@ -154,6 +169,9 @@ class SharedSnapshot:
     #: The reader's own publish count: every snapshot it publishes (a new header or a local
     #: re-evaluation of the held one) has the next one.
     local_generation: int = 0
+    #: The reader's own store id and epoch (see `ReaderId`).
+    reader_store_id: str = ""
+    local_epoch: int = 0
     #: The state was refused (written too far ahead of the wall clock): the snapshot is empty
     #: and no kind is usable.
     refused: bool = False
@@ -162,6 +180,11 @@ class SharedSnapshot:
     aspa_covered: frozenset[Afi] = frozenset()
     aspa_usable_until_by_afi: Mapping[Afi, float | None] = field(default_factory=dict)
     aspa_active_groups: Mapping[Afi, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def reader_id(self) -> ReaderId:
+        """The reader's own identity of this snapshot."""
+        return ReaderId(self.reader_store_id, self.local_epoch, self.local_generation)
 
     @property
     def upstream_id(self) -> UpstreamId:
@@ -245,8 +268,9 @@ class SharedStatus:
     #: The ASPA families covered in the held state and the writer's active group of each.
     aspa_covered: frozenset[Afi] = frozenset()
     aspa_active_groups: Mapping[Afi, tuple[str, ...]] = field(default_factory=dict)
-    #: The reader's own publish count of the held snapshot.
+    #: The reader's own publish count of the held snapshot, and its own identity of it.
     local_generation: int = 0
+    reader_id: ReaderId | None = None
     #: False while the state read last is refused (the wall clock too far behind its write time).
     trusted: bool = True
     #: Complete states read, and failed reads, so far.
