@@ -13,8 +13,9 @@ one, `owner_policy`) is applied to the result.
 
 ASPA families (`judge_families`) are judged each on its own, never one guessed from the other:
 a family is covered while a source selected for ASPA, in the group the writer recorded as
-active for that family (``aspa_v4``/``aspa_v6`` of `PersistedState.active_groups`; any group
-when the state records no active groups at all), has the family's bit in its
+active for that family (``aspa_v4``/``aspa_v6`` of `PersistedState.active_groups`, or the
+aggregate ``aspa`` entry, which the state holds only when both families agree; any group when
+the state records no active groups at all), has the family's bit in its
 ``aspa_families`` and has not reached its own end of validity. Its usable-until time is the
 earliest end among those sources' ends of validity and their kept ASPA entries of that family
 (stored afi 0, both families, or the family's own), taken back to the reader's time as above.
@@ -124,7 +125,7 @@ def judge_families(
     covered: set[Afi] = set()
     until: dict[Afi, float | None] = dict.fromkeys(Afi)
     for afi in Afi:
-        group = recorded.get(FAMILY_GROUP[afi])
+        group = _family_group(recorded, afi)
         if recorded and group is None:
             continue  # the writer had no active group for this family
         earliest = NEVER
@@ -149,8 +150,13 @@ def judge_families(
 def uncovered(state: PersistedState) -> AspaFamilies:
     """No family covered (a refused state), with the writer's active group of each family."""
     recorded = dict(state.active_groups)
-    groups = {afi: tuple(filter(None, [recorded.get(FAMILY_GROUP[afi])])) for afi in Afi}
+    groups = {afi: tuple(filter(None, [_family_group(recorded, afi)])) for afi in Afi}
     return AspaFamilies(frozenset(), dict.fromkeys(Afi), groups)
+
+
+def _family_group(recorded: Mapping[str, str], afi: Afi) -> str | None:
+    """The writer's active group of ``afi``: its own entry, else the aggregate of both."""
+    return recorded.get(FAMILY_GROUP[afi], recorded.get("aspa"))
 
 
 def _keys(
