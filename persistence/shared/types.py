@@ -98,7 +98,8 @@ class SharedReaderConfig:
     #: A state written further ahead of the raw wall clock than this is refused (not served).
     clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE
     #: The reader's own SLURM policy, applied to every snapshot it builds (None from the call:
-    #: not valid yet, nothing new is built); without it the stored payload is served as it is.
+    #: not valid yet, nothing new is built); without it the owner's policy stored with each
+    #: state (`PersistedState.policy_json`) is applied, or none if the owner stored none.
     #: Tell the reader of a change with `SharedSnapshotClient.policy_changed`.
     policy: Callable[[], SlurmPolicy | None] | None = None
     #: Entering waits (retrying every ``poll_interval``) until the file can be opened and read,
