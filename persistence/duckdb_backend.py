@@ -33,7 +33,7 @@ from persistence.structure import Column
 _TYPES = {(table, n): t for table, cols in COLUMNS.items() for n, t, _ in cols}
 _VRP_INSERT = (
     f"INSERT INTO vrps ({', '.join(VRP_COLUMNS)}) "  # noqa: S608 - fixed names
-    "SELECT $1, p >> 48, $2 + i, n, (p >> 40) & 255, (p >> 32) & 255, p & 4294967295, e "
+    "SELECT $1, $2 + i, p >> 48, n, (p >> 40) & 255, (p >> 32) & 255, p & 4294967295, e "
     "FROM (SELECT unnest($3) AS p, unnest($4) AS n, unnest($5) AS e, unnest(range($6)) AS i)"
 )
 
@@ -125,14 +125,14 @@ class DuckDBStore(SqlStore):
 
     def _insert_vrps(self, rows: list[Row]) -> None:
         # Statement and parameter overhead dominate in DuckDB: three lists instead of eight
-        # more than halve the commit time. Family, lengths and ASN travel as one BIGINT; seq
-        # is the batch's first seq plus the position (rows of a batch are consecutive).
-        sid, first = rows[0][0], rows[0][2]
-        if rows[-1][0] != sid or rows[-1][2] != first + len(rows) - 1:
+        # more than halve the commit time. Family, lengths and ASN travel as one BIGINT;
+        # support_id is the batch's first plus the position (rows of a batch are consecutive).
+        sid, first = rows[0][0], rows[0][1]
+        if rows[-1][0] != sid or rows[-1][1] != first + len(rows) - 1:
             raise ValueError("a VRP batch must hold consecutive rows of one source")
         small = [
             family << 48 | plen << 40 | max_len << 32 | asn
-            for _, family, _, _, plen, max_len, asn, _ in rows
+            for _, _, family, _, plen, max_len, asn, _ in rows
         ]
         self._conn().execute(
             _VRP_INSERT,

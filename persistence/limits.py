@@ -74,9 +74,14 @@ CHECKS = (
         "max_metadata_bytes",
         (
             "SELECT (SELECT COALESCE(SUM({text_octets[name]} + {text_octets[group_name]}"
-            " + {text_octets[kind]} + {text_octets[location]}), 0) FROM sources)"
+            " + {text_octets[kind]} + {text_octets[location]}"
+            " + COALESCE({text_octets[metadata_json]}, 0)), 0) FROM sources)"
+            " + (SELECT COALESCE(SUM({text_octets[name]}), 0) FROM groups)"
             " + (SELECT COALESCE(SUM({text_octets[store_id]} + {text_octets[package_version]}"
-            " + {blob_length}(state_digest) + {blob_length}(header_digest)), 0) FROM header)"
+            " + {text_octets[versions_json]} + {blob_length}(state_digest)"
+            " + {blob_length}(meta_digest)), 0) FROM store_meta)"
+            " + (SELECT COALESCE(SUM(COALESCE({text_octets[policy_json]}, 0)), 0)"
+            " FROM publication)"
         ),
     ),
 )

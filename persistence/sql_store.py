@@ -11,7 +11,6 @@ import logging
 import os
 import struct
 from abc import abstractmethod
-from array import array
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -30,32 +29,44 @@ from persistence.limits import CHECKS, LimitExceededError, Limits, TextOctets
 from persistence.lock import OwnerLock
 from persistence.meta_rows import (
     checked_observed_at,
-    header_row,
+    group_rows,
+    publication_row,
+    read_groups,
     read_header,
+    record_counts,
     source_fields,
     source_row,
     source_rows,
+    store_meta_row,
 )
+from persistence.payload_read import read_payloads
 from persistence.rows import (
     BATCH,
     Row,
-    as_blob,
     as_int,
+    aspa_rows,
     batches,
+    provider_rows,
+    router_key_rows,
     vrp_rows,
 )
 from persistence.schema import (
+    ACTIVE_GROUP_COLUMNS,
     ASPA_COLUMNS,
-    HEADER_COLUMNS,
+    GROUP_COLUMNS,
+    HEADERLESS_EMPTY,
     PROVIDER_COLUMNS,
+    PUBLICATION_COLUMNS,
     RANGE_CHECKS,
     ROUTER_KEY_COLUMNS,
     SOURCE_COLUMNS,
-    TABLES,
+    STATE_TABLES,
+    STORE_META_COLUMNS,
     VRP_COLUMNS,
 )
 from persistence.state import (
     SCHEMA_VERSION,
+    GroupRecord,
     PersistedState,
     PersistReceipt,
     SourceRecord,
@@ -63,8 +74,7 @@ from persistence.state import (
     StateId,
 )
 from persistence.structure import StructureChecks
-from snapshot.model import Aspa, PayloadError, RouterKey
-from snapshot.packed import V4, V6
+from snapshot.model import PayloadError
 
 log = logging.getLogger(__name__)
 R = TypeVar("R")
@@ -78,8 +88,9 @@ class SqlStore(StructureChecks):
     blob_length = "length"
     #: The SQL expression giving a text column's length in UTF-8 octets (``{}``: the column).
     text_octets = "length(CAST({} AS BLOB))"
-    #: How VRP rows are read in (source, seq) order; SQLite reads its rowid (insertion) order.
-    vrp_order = "ORDER BY source_id, family, seq"
+    #: How VRP rows are read in (source, support_id) order; SQLite reads its rowid (insertion)
+    #: order.
+    vrp_order = "ORDER BY source_id, support_id"
 
     def __init__(self, path: Path, lock: OwnerLock | None, limits: Limits | None = None) -> None:
         """No connection until `open_sync`; ``lock`` is None for a read-only follower."""
@@ -217,7 +228,7 @@ class SqlStore(StructureChecks):
         """The verified header; without one, every other table must be empty (P-28)."""
         header = read_header(self._conn(), self.store_id)
         if header is None:
-            for table in TABLES[2:]:
+            for table in HEADERLESS_EMPTY:
                 sql = f"SELECT 1 FROM {table} LIMIT 1"  # noqa: S608 - fixed names
                 if self._conn().execute(sql).fetchone() is not None:
                     raise DamagedStateError(
@@ -238,7 +249,7 @@ class SqlStore(StructureChecks):
                 if bad:
                     raise DamagedStateError(f"{table}: {bad} rows break a type or range rule")
             try:
-                sources = self._read_sources(header)
+                sources, groups, active = self._read_sources()
                 observed_at = checked_observed_at(header, sources)
             except KeyError as exc:
                 raise DamagedStateError(f"payload rows of unknown source id {exc}") from exc
@@ -258,8 +269,18 @@ class SqlStore(StructureChecks):
                 sources=sources,
                 observed_at=observed_at,
                 recovered_from=header.recovered_from,
+                groups=groups,
+                active_groups=active,
+                policy_id=header.policy_id,
+                policy_json=header.policy_json,
+                mode=header.mode,
+                reference_time=header.reference_time,
+                upstream=header.upstream,
+                config_store_id=header.config_store_id,
+                config_epoch=header.config_epoch,
+                config_identity=header.config_identity,
             )
-        except ValueError as exc:  # e.g. two sources of one name
+        except ValueError as exc:  # e.g. two sources of one name, groups that disagree
             raise DamagedStateError(f"sources: {exc}") from exc
         if state.digest() != header.state_digest:
             raise DamagedStateError("state digest mismatch: the rows are not what was committed")
@@ -286,60 +307,21 @@ class SqlStore(StructureChecks):
             self._interrupt.check()
             yield from rows
 
-    def _read_sources(self, header: StateHeader) -> tuple[SourceRecord, ...]:
+    def _read_sources(
+        self,
+    ) -> tuple[tuple[SourceRecord, ...], tuple[GroupRecord, ...], tuple[tuple[str, str], ...]]:
+        """The source records with their payloads, the groups and the active groups."""
         meta = source_rows(self._conn())
-        ids = [as_int(row["source_id"]) for row in meta]
-        if len(set(ids)) != len(ids):
+        counts = {as_int(row["source_id"]): record_counts(row) for row in meta}
+        if len(counts) != len(meta):
             raise DamagedStateError("duplicate source ids")
-        v4: dict[int, list[bytes]] = {i: [] for i in ids}
-        v6: dict[int, list[bytes]] = {i: [] for i in ids}
-        v4_exp: dict[int, array[int]] = {i: array("q") for i in ids}
-        v6_exp: dict[int, array[int]] = {i: array("q") for i in ids}
-        pack4, pack6 = V4.fields.pack, V6.fields.pack
-        columns = "source_id, family, network, max_length, prefix_length, asn, expires_at"
-        sql = f"SELECT {columns} FROM vrps {self.vrp_order}"  # noqa: S608 - fixed text
-        for sid, family, net, max_len, plen, asn, expires in self._fetch(sql):
-            if family == 4:
-                v4[sid].append(pack4(net, max_len, plen, asn))
-                v4_exp[sid].append(expires)
-            else:
-                v6[sid].append(pack6(net, max_len, plen, asn))
-                v6_exp[sid].append(expires)
-        keys: dict[int, list[tuple[RouterKey, int]]] = {i: [] for i in ids}
-        sql = (
-            "SELECT source_id, ski, asn, spki, expires_at FROM router_keys ORDER BY source_id, seq"
+        payloads = read_payloads(self._fetch, counts, self.vrp_order)
+        groups, active = read_groups(self._conn(), meta)
+        records = tuple(
+            SourceRecord(**source_fields(row), **payloads[as_int(row["source_id"])].fields())
+            for row in meta
         )
-        for sid, ski, asn, spki, expires in self._fetch(sql):
-            keys[sid].append((RouterKey(as_blob(ski), as_int(asn), as_blob(spki)), as_int(expires)))
-        providers: dict[tuple[int, int], list[int]] = {}
-        sql = "SELECT source_id, seq, provider FROM aspa_providers ORDER BY source_id, seq, idx"
-        for sid, seq, provider in self._fetch(sql):
-            providers.setdefault((sid, seq), []).append(as_int(provider))
-        aspas: dict[int, list[tuple[Aspa, int]]] = {i: [] for i in ids}
-        sql = "SELECT source_id, seq, customer, expires_at FROM aspas ORDER BY source_id, seq"
-        for sid, seq, customer, expires in self._fetch(sql):
-            listed = tuple(providers.pop((sid, seq), ()))
-            aspa = Aspa(as_int(customer), listed)
-            if aspa.providers != listed:
-                raise DamagedStateError(f"ASPA AS{customer}: providers not in normal form")
-            aspas[sid].append((aspa, as_int(expires)))
-        if providers:
-            raise DamagedStateError("ASPA providers without their ASPA")
-        records = []
-        for row in meta:
-            sid = as_int(row["source_id"])
-            records.append(
-                SourceRecord(
-                    **source_fields(row, header),
-                    v4=b"".join(v4[sid]),
-                    v4_expires=v4_exp[sid],
-                    v6=b"".join(v6[sid]),
-                    v6_expires=v6_exp[sid],
-                    router_keys=tuple(keys[sid]),
-                    aspas=tuple(aspas[sid]),
-                )
-            )
-        return tuple(records)
+        return records, groups, active
 
     # ------------------------------------------------------------------ commit
     def commit_sync(
@@ -373,32 +355,26 @@ class SqlStore(StructureChecks):
 
     def _write(self, state: PersistedState, digest: bytes, written_at: int) -> None:
         conn = self._conn()
-        for table in TABLES[1:]:
+        for table in STATE_TABLES:
             conn.execute(f"DELETE FROM {table}")  # noqa: S608 - fixed names
+        groups, active = group_rows(state)
+        if groups:
+            self._insert("groups", GROUP_COLUMNS, groups)
+        if active:
+            self._insert("active_groups", ACTIVE_GROUP_COLUMNS, active)
         for sid, source in enumerate(state.sources):
             self._insert("sources", SOURCE_COLUMNS, [source_row(sid, source)])
-            for batch in batches(vrp_rows(sid, source)):
-                self._insert("vrps", VRP_COLUMNS, batch)
-            key_rows = (
-                (sid, seq, key.ski, key.asn, key.spki, expires)
-                for seq, (key, expires) in enumerate(source.router_keys)
-            )
-            for batch in batches(key_rows):
-                self._insert("router_keys", ROUTER_KEY_COLUMNS, batch)
-            aspa_rows = (
-                (sid, seq, aspa.customer, expires)
-                for seq, (aspa, expires) in enumerate(source.aspas)
-            )
-            for batch in batches(aspa_rows):
-                self._insert("aspas", ASPA_COLUMNS, batch)
-            provider_rows = (
-                (sid, seq, idx, provider)
-                for seq, (aspa, _) in enumerate(source.aspas)
-                for idx, provider in enumerate(aspa.providers)
-            )
-            for batch in batches(provider_rows):
-                self._insert("aspa_providers", PROVIDER_COLUMNS, batch)
-        self._insert("header", HEADER_COLUMNS, [header_row(state, digest, written_at)])
+            for table, columns, rows in (
+                ("vrps", VRP_COLUMNS, vrp_rows(sid, source)),
+                ("router_keys", ROUTER_KEY_COLUMNS, router_key_rows(sid, source)),
+                ("aspas", ASPA_COLUMNS, aspa_rows(sid, source)),
+                ("aspa_providers", PROVIDER_COLUMNS, provider_rows(sid, source)),
+            ):
+                for batch in batches(rows):
+                    self._insert(table, columns, batch)
+        header = StateHeader.of_commit(state, digest, written_at)
+        self._insert("publication", PUBLICATION_COLUMNS, [publication_row(header)])
+        self._insert("store_meta", STORE_META_COLUMNS, [store_meta_row(header)])
 
 
 def _check_cas(

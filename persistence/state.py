@@ -21,7 +21,8 @@ from persistence.kinds import (
     kinds_to_mask,
     mask_to_kinds,
 )
-from persistence.state_binary import evaluated_digest, header_digest, source_digest, state_digest
+from persistence.state_binary import evaluated_digest, source_digest, state_digest
+from persistence.state_shape import check_source, check_state
 from snapshot.model import Aspa, RouterKey
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 
@@ -44,7 +45,6 @@ __all__ = [
     "StateId",
     "UpstreamRef",
     "evaluated_digest",
-    "header_digest",
     "kinds_to_mask",
     "mask_to_kinds",
     "seconds_to_us",
@@ -176,10 +176,14 @@ class SourceRecord:
             object.__setattr__(self, "aspa_families", both)
         if not 0 <= self.aspa_families <= ASPA_FAMILIES_BOTH:
             raise ValueError(f"source {self.name}: aspa_families out of range")
+        sizes = {4: V4_KEY_SIZE, 6: V6_KEY_SIZE}
+        if any(sizes.get(family) != len(key) for family, key, _ in self.vrp_duplicates):
+            raise ValueError(f"source {self.name}: a duplicate VRP of another family or size")
         if self.aspa_afis and len(self.aspa_afis) != len(self.aspas):
             raise ValueError(f"source {self.name}: one ASPA afi per ASPA")
         if any(afi > 2 for afi in self.aspa_afis):
             raise ValueError(f"source {self.name}: ASPA afi must be 0, 1 or 2")
+        check_source(self)
         if len(self.v4) % V4_KEY_SIZE or len(self.v4) // V4_KEY_SIZE != len(self.v4_expires):
             raise ValueError(f"source {self.name}: IPv4 keys and expiries do not match")
         if len(self.v6) % V6_KEY_SIZE or len(self.v6) // V6_KEY_SIZE != len(self.v6_expires):
@@ -250,6 +254,8 @@ class PersistedState:
             raise ValueError(f"source names must be unique: {names}")
         if self.mode not in MODES:
             raise ValueError(f"state mode must be one of {MODES}: {self.mode!r}")
+        object.__setattr__(self, "active_groups", tuple(sorted(self.active_groups)))
+        check_state(self)
 
     def digest(self) -> bytes:
         """SHA-256 over the canonical serialisation of the state (the state digest)."""
@@ -274,7 +280,11 @@ class PersistedState:
 
 @dataclass(frozen=True, slots=True)
 class StateHeader:
-    """The one-row header as stored."""
+    """The stored header: the ``store_meta`` row and our ``publication`` row, as one value.
+
+    ``meta_digest`` covers the ``store_meta`` fields, ``publication_digest`` the publication's
+    and the ``meta_digest`` (`persistence.meta_digest`).
+    """
 
     schema_version: int
     store_id: str
@@ -285,32 +295,41 @@ class StateHeader:
     published_at: int
     written_at: int
     state_digest: bytes
-    header_digest: bytes
+    meta_digest: bytes
     package_version: str
-    #: `PersistedState.observed_at` and the `evaluated_digest` of the sources; both None in a
-    #: header written before they were stored (see `persistence.meta_rows`).
+    #: `PersistedState.observed_at` and the `evaluated_digest` of the sources.
     observed_at: int | None = None
     evaluated_digest: bytes | None = None
-    #: `PersistedState.recovered_from`; None too in a header written before it was stored.
     recovered_from: StateId | None = None
+    config_store_id: str | None = None
+    config_epoch: int | None = None
+    mode: str = "online"
+    reference_time: int | None = None
+    upstream: UpstreamRef | None = None
+    policy_id: str | None = None
+    versions_json: str = ""
+    config_identity: str | None = None
+    policy_json: str | None = None
+    publication_digest: bytes = b""
+
+    @classmethod
+    def of_commit(cls, state: PersistedState, digest: bytes, written_at: int) -> StateHeader:
+        """The header a commit of ``state`` (state digest ``digest``) at ``written_at`` stores."""
+        from persistence.meta_digest import sealed
+
+        return sealed(state, digest, written_at)
 
     def computed_digest(self) -> bytes:
-        """SHA-256 over every other header field (what ``header_digest`` must equal)."""
-        return header_digest(
-            self.schema_version,
-            self.store_id,
-            self.state_id,
-            self.config_revision,
-            self.serial,
-            self.session_ids,
-            self.published_at,
-            self.written_at,
-            self.state_digest,
-            self.package_version,
-            observed_at=self.observed_at,
-            evaluated_digest=self.evaluated_digest,
-            recovered_from=self.recovered_from,
-        )
+        """What ``meta_digest`` must equal."""
+        from persistence.meta_digest import meta_digest
+
+        return meta_digest(self)
+
+    def computed_publication_digest(self) -> bytes:
+        """What ``publication_digest`` must equal."""
+        from persistence.meta_digest import publication_digest
+
+        return publication_digest(self)
 
     def receipt(self, *, retried: bool = False) -> PersistReceipt:
         """The `PersistReceipt` of the commit that wrote this header."""

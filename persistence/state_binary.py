@@ -1,4 +1,4 @@
-"""The binary SHA-256 digests of a persisted state, its sources and its header.
+"""The binary SHA-256 digests of a persisted state, its sources and their evaluation times.
 
 A deterministic length-prefixed serialisation (integers as 9-byte signed big-endian). The state
 digest becomes the exchange payload's SHA-256 (persistence.exchange); the names stay.
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING
 from persistence.kinds import kinds_to_mask
 
 if TYPE_CHECKING:
-    from persistence.state import PersistedState, SourceRecord, StateId
+    from persistence.state import PersistedState, SourceRecord
 
-__all__ = ["evaluated_digest", "header_digest", "source_digest", "state_digest"]
+__all__ = ["evaluated_digest", "source_digest", "state_digest"]
 
 
 def state_digest(state: PersistedState) -> bytes:
@@ -38,57 +38,6 @@ def state_digest(state: PersistedState) -> bytes:
     for source in sorted(state.sources, key=lambda s: s.name):
         h.update(source_digest(source))
     _state_fields_digest(h, state)
-    return h.digest()
-
-
-def header_digest(  # noqa: PLR0917 - one parameter per header column
-    schema_version: int,
-    store_id: str,
-    state_id: StateId,
-    config_revision: int,
-    serial: int,
-    session_ids: tuple[int, int, int],
-    published_at: int,
-    written_at: int,
-    state_digest: bytes,
-    package_version: str,
-    *,
-    observed_at: int | None = None,
-    evaluated_digest: bytes | None = None,
-    recovered_from: StateId | None = None,
-) -> bytes:
-    """The header digest over the header fields and the state digest.
-
-    With ``observed_at`` and ``evaluated_digest`` it covers them too (a header that stores
-    them); without, it is the digest of a header written before they were stored. A
-    ``recovered_from`` is covered after them, behind its own tag; None adds nothing, so every
-    header written before it existed keeps its digest.
-    """
-    stored_times = observed_at is not None or evaluated_digest is not None
-    h = hashlib.sha256(
-        b"rtr-serve header v2 times\x00" if stored_times else b"rtr-serve header v2\x00"
-    )
-    _put_str(h, store_id)
-    for value in (
-        schema_version,
-        state_id.epoch,
-        state_id.generation,
-        config_revision,
-        serial,
-        *session_ids,
-        published_at,
-        written_at,
-    ):
-        _put_int(h, value)
-    h.update(state_digest)
-    _put_str(h, package_version)
-    if stored_times:
-        _put_int(h, -1 if observed_at is None else observed_at)
-        h.update(evaluated_digest or b"")
-    if recovered_from is not None:
-        h.update(b"\x00recovered from\x00")
-        _put_int(h, recovered_from.epoch)
-        _put_int(h, recovered_from.generation)
     return h.digest()
 
 

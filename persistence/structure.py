@@ -16,8 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from persistence.errors import CorruptStateError, UnsupportedSchemaError
-from persistence.meta_rows import add_columns, missing_columns
-from persistence.schema import COLUMNS, LATER_COLUMNS, TABLES, ddl
+from persistence.schema import COLUMNS, TABLES, ddl
 from persistence.state import SCHEMA_VERSION, StateHeader
 
 __all__ = ["Column", "StructureChecks", "expected_columns"]
@@ -79,25 +78,18 @@ class StructureChecks(ABC):
         """The verified header, or None for a store never committed to."""
 
     def ensure_schema(self, created_at: int) -> None:
-        """Create the schema in an empty database; refuse any other schema.
-
-        A schema-2 file written before the time columns gets them (`persistence.meta_rows`).
-        """
+        """Create the schema in an empty database; refuse any other schema."""
         tables = self._table_names()
         if not tables:
             self._in_write(self._create, created_at)
             tables = self._table_names()
         self.check_schema(tables)
-        missing = missing_columns(self._conn())
-        if missing:
-            self._in_write(add_columns, self._conn(), missing)
-            log.info("%s: added the columns %s", self.path, ", ".join(c for _, c, _ in missing))
 
     def _create(self, created_at: int) -> None:
         for statement in ddl(self.blob_length):
             self._conn().execute(statement)
         self._conn().execute(
-            "INSERT INTO schema_info VALUES (?, ?, ?)",
+            "INSERT INTO schema_info VALUES (1, ?, ?, ?)",
             (SCHEMA_VERSION, uuid.uuid4().hex, created_at),
         )
 
@@ -118,10 +110,22 @@ class StructureChecks(ABC):
             raise UnsupportedSchemaError(
                 f"not an rtr-serve state database (tables: {', '.join(sorted(tables))})"
             )
-        rows = self._conn().execute("SELECT schema_version, store_id FROM schema_info").fetchall()
+        if "header" in tables and "store_meta" not in tables:
+            raise UnsupportedSchemaError(
+                f"{self.path} has the header table of an earlier rtr-serve layout, not schema "
+                "version 2's store_meta: it is neither migrated nor wiped; keep it, and point "
+                "the state file setting at a new empty file (the state resynchronises from the "
+                "network)"
+            )
+        rows = self._conn().execute("SELECT * FROM schema_info").fetchall()
         if len(rows) != 1:
             raise CorruptStateError(f"schema_info holds {len(rows)} rows, not 1")
-        version, store_id = rows[0]
+        if len(rows[0]) != len(COLUMNS["schema_info"]) or rows[0][0] != 1:
+            raise UnsupportedSchemaError(
+                f"{self.path}: schema_info is not schema version 2's (no singleton = 1 row); "
+                "point the state file setting at a new empty file"
+            )
+        _, version, store_id, _ = rows[0]
         if version != SCHEMA_VERSION:
             raise UnsupportedSchemaError(
                 f"schema version {version!r} is not the supported version {SCHEMA_VERSION}; "
@@ -140,11 +144,7 @@ class StructureChecks(ABC):
         for table, columns in _EXPECTED.items():
             want = tuple((n, self.type_names.get(t, t), nn) for n, t, nn in columns)
             got = self._columns(table)
-            # A file written before a later column lacks it (added by `ensure_schema`), and a
-            # first-release file has neither the keys nor the CHECKs (read and written as is).
-            later = {name for name, _ in LATER_COLUMNS.get(table, ())}
-            present = {c[0] for c in got}
-            if got != tuple(c for c in want if c[0] not in later or c[0] in present):
+            if got != want:
                 raise UnsupportedSchemaError(
                     f"table {table} has other columns than schema version 2 "
                     f"({', '.join(' '.join(map(str, c)) for c in got)}); it is not written into"

@@ -16,6 +16,7 @@ source's own time carried forward on the reader's clock).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
@@ -24,6 +25,7 @@ from dataclasses import dataclass, field
 from persistence.state import (
     NEVER,
     US_PER_SECOND,
+    GroupRecord,
     PersistedState,
     SourceRecord,
     StateHeader,
@@ -138,6 +140,8 @@ def build_state(
     evaluated_wall: float = 0.0,
     recovered_from: StateId | None = None,
     placeholders: Iterable[Placeholder] = (),
+    active: Mapping[PayloadKind, str | None] | None = None,
+    policy_id: str | None = None,
 ) -> PersistedState:
     """The complete state to commit after a publish.
 
@@ -149,7 +153,14 @@ def build_state(
     of UTC, which never moves back): all are stored, and the commit's ``written_at`` is never
     earlier than any, so a restart under a set-back wall clock cannot trust the file (issue 12,
     item 10).
+
+    The groups are those of the sources (every configured source is an input or a
+    placeholder), in order of appearance; ``active`` is the selection's active group per kind
+    (`grouped`). ``policy_id`` identifies the SLURM policy the snapshot was judged under.
     """
+    records, groups, active_groups = grouped(
+        _records(inputs, placeholders, evaluated_wall), active or {}
+    )
     return PersistedState(
         store_id=store_id,
         state_id=state_id,
@@ -158,10 +169,43 @@ def build_state(
         session_ids=session_ids,
         published_at=seconds_to_us(published_wall),
         package_version=package_version,
-        sources=_records(inputs, placeholders, evaluated_wall),
+        sources=records,
         observed_at=seconds_to_us(observed_wall),
         recovered_from=recovered_from,
+        groups=groups,
+        active_groups=active_groups,
+        policy_id=policy_id or None,
     )
+
+
+def grouped(
+    records: tuple[SourceRecord, ...], active: Mapping[PayloadKind, str | None]
+) -> tuple[tuple[SourceRecord, ...], tuple[GroupRecord, ...], tuple[tuple[str, str], ...]]:
+    """The records with their ``group_id``, their groups and the active groups (P-28).
+
+    A group's kinds are its sources' capabilities. The active group of a kind is the group of
+    the sources that contributed it (one group by the selection's rule); a kind no source
+    contributed keeps ``active``'s group when that is one of the groups.
+    """
+    names = list(dict.fromkeys(r.group for r in records))
+    ids = {name: i for i, name in enumerate(names)}
+    groups = tuple(
+        GroupRecord(
+            group_id=i,
+            name=name,
+            kinds=frozenset(k for r in records if r.group == name for k in r.capabilities),
+            source_names=tuple(sorted(r.name for r in records if r.group == name)),
+        )
+        for i, name in enumerate(names)
+    )
+    chosen = {k.value: name for k, name in active.items() if name in ids}
+    for record in records:
+        for kind in record.selected:
+            chosen[kind] = record.group
+    kinds = {g.name: g.kinds for g in groups}
+    active_groups = tuple((k, n) for k, n in sorted(chosen.items()) if k in kinds[n])
+    with_ids = tuple(dataclasses.replace(r, group_id=ids[r.group]) for r in records)
+    return with_ids, groups, active_groups
 
 
 def _records(
@@ -232,6 +276,9 @@ def plan_recovery(
         if not record.complete:  # a placeholder: configured then, nothing loaded (no error)
             plan.notes.append(f"source {record.name}: not loaded when the state was written")
             continue
+        if record.invalidated:
+            plan.notes.append(f"source {record.name}: invalidated when written, not revived")
+            continue
         if identity is None:
             plan.notes.append(f"source {record.name}: no longer configured, not revived")
             continue
@@ -255,14 +302,19 @@ def plan_recovery(
         if valid.is_empty():
             plan.notes.append(f"source {record.name}: nothing left valid, not revived")
             continue
+        # A v2 -> v1 ASPA revocation (P-33) keeps its entries' remaining life but is no
+        # Serial Query base: without the session and serial the source starts with a Reset.
+        incremental = record.incremental_usable
         plan.recovered[record.name] = Recovered(
             payload,
             record.accepted_at / US_PER_SECOND,
             max(written, own),
             expires_at=None if record.expires_at >= NEVER else record.expires_at / US_PER_SECOND,
-            rtr_session=record.rtr_session,
-            rtr_serial=record.rtr_serial,
+            rtr_session=record.rtr_session if incremental else None,
+            rtr_serial=record.rtr_serial if incremental else None,
         )
+        if not incremental:
+            plan.notes.append(f"source {record.name}: no incremental base, it starts with a Reset")
         counts = ", ".join(f"{k}={v}" for k, v in valid.counts().items() if v)
         plan.notes.append(f"source {record.name}: revived ({counts})")
         selected.append((payload, frozenset(PayloadKind(k) for k in record.selected), own))

@@ -226,6 +226,8 @@ class StateKeeping:
                     None if self.recovered_header is None else self.recovered_header.state_id
                 ),
                 placeholders=configured,
+                active=current.active,
+                policy_id=current.policy_id,
             )
         )
         self.persister.offer(state)

@@ -12,7 +12,7 @@ import struct
 from array import array
 from dataclasses import replace
 
-from persistence.state import NEVER, PersistedState, SourceRecord, StateId
+from persistence.state import NEVER, GroupRecord, PersistedState, SourceRecord, StateId
 from snapshot.model import Aspa, RouterKey, pack_v4, pack_v6
 
 US = 1_000_000
@@ -76,6 +76,12 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         v6_expires=v6a_exp,
         router_keys=keys,
         aspas=aspas,
+        aspa_afis=bytes([0, 0, 2]),
+        metadata_json='{"format":"rpki-client"}',
+        # Duplicate supports of a VRP, a router key and an ASPA already present (P-27).
+        vrp_duplicates=((4, v4a[10:20], T0 + 60 * US), (6, v6a[:22], NEVER)),
+        router_key_duplicates=(keys[0],),
+        aspa_duplicates=((aspas[0][0], 2, T0 + 1200 * US),),
     )
     v4b, v4b_exp = _v4(
         [
@@ -103,6 +109,10 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         expires_at=T0 + 7200 * US,
         rtr_session=0xBEEF,
         rtr_serial=ASN_MAX - v,
+        protocol=2,
+        present=frozenset({"vrp", "aspa"}),
+        aspa_families=1,
+        aspa_afis=b"\x01",
         v4=v4b,
         v4_expires=v4b_exp,
         v6=v6b,
@@ -119,8 +129,21 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         selected=frozenset(),
         accepted_at=T0 - 3600 * US,
         evaluated_at=T0 + 20 * US,
+        group_id=1,
+        invalidated=True,
     )
     return http, rtr, empty
+
+
+#: The groups of `realistic_sources` (an empty group kept) and their active groups.
+REALISTIC_GROUPS = (
+    GroupRecord(
+        0, "primary", frozenset({"vrp", "router_key", "aspa"}), ("ripe-http", "rtr-upstream")
+    ),
+    GroupRecord(1, "fallback", frozenset({"vrp"}), ("local-file",)),
+    GroupRecord(2, "spare", frozenset({"aspa"})),
+)
+REALISTIC_ACTIVE = (("aspa_v4", "primary"), ("aspa_v6", "primary"), ("router_key", "primary"))
 
 
 def make_state(
@@ -130,7 +153,8 @@ def make_state(
     *,
     serial: int = 42,
 ) -> PersistedState:
-    """A state for ``store_id``; the realistic sources unless ``sources`` is given."""
+    """A state for ``store_id``; the realistic sources and groups unless ``sources`` is given."""
+    grouped = sources is None
     return PersistedState(
         store_id=store_id,
         state_id=state_id,
@@ -141,6 +165,15 @@ def make_state(
         package_version="0.0.0-test",
         sources=realistic_sources() if sources is None else sources,
         observed_at=T0 + 40 * US,
+        groups=REALISTIC_GROUPS if grouped else (),
+        active_groups=((*REALISTIC_ACTIVE, ("vrp", "primary")) if grouped else ()),
+        policy_id="sha256:" + "ab" * 32 if grouped else None,
+        policy_json='{"slurmVersion":1,"validationOutputFilters":{"prefixFilters":[]}}'
+        if grouped
+        else None,
+        config_store_id="c" * 32 if grouped else None,
+        config_epoch=7 if grouped else None,
+        config_identity="sha256:" + "cd" * 32 if grouped else None,
     )
 
 
@@ -236,6 +269,17 @@ def source_fields(source: SourceRecord) -> tuple[object, ...]:
         source.v6_expires.tolist(),
         source.router_keys,
         source.aspas,
+        source.group_id,
+        source.protocol,
+        source.present,
+        source.invalidated,
+        source.aspa_families,
+        source.aspa_afis,
+        source.metadata_json,
+        source.vrp_duplicates,
+        source.router_key_duplicates,
+        source.aspa_duplicates,
+        source.identity,
     )
 
 
@@ -243,6 +287,8 @@ def assert_same_state(got: PersistedState, want: PersistedState) -> None:
     """Equal digests and equal fields (the digest alone could hide a digest bug)."""
     assert got.digest() == want.digest()
     head = ("store_id", "state_id", "config_revision", "serial", "session_ids", "published_at")
-    for name in (*head, "package_version", "observed_at", "recovered_from"):
+    later = ("groups", "active_groups", "policy_id", "policy_json", "mode", "reference_time")
+    ids = ("upstream", "config_store_id", "config_epoch", "config_identity")
+    for name in (*head, "package_version", "observed_at", "recovered_from", *later, *ids):
         assert getattr(got, name) == getattr(want, name), name
     assert [source_fields(s) for s in got.sources] == [source_fields(s) for s in want.sources]

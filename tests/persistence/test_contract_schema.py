@@ -1,8 +1,9 @@
-"""P-23/P-28/P-29/P-54 on real files: the DDL's keys and CHECKs, files of the first DDL, the header.
+"""P-23/P-26/P-28/P-29/P-54 on real files: the DDL's keys and CHECKs, the header, old layouts.
 
-The current DDL refuses out-of-range and duplicate rows in SQL itself (both backends); a file
-written by the first schema-2 DDL (`LEGACY_DDL`, no constraint) is still read and committed to,
-and rows written into it behind the backend's back are caught by the read's own checks.
+The DDL refuses out-of-range and duplicate rows in SQL itself (both backends); a file of the
+same tables without keys or CHECKs (`UNCHECKED_DDL`) is still read and committed to, and rows
+written into it behind the backend's back are caught by the read's own checks. A file of our
+earlier layout (a ``header`` table) is refused untouched.
 """
 
 from __future__ import annotations
@@ -15,27 +16,51 @@ from typing import Any
 import anyio
 import pytest
 
-from persistence.errors import CorruptStateError, DamagedStateError, PersistenceError
+from persistence.errors import (
+    CorruptStateError,
+    DamagedStateError,
+    PersistenceError,
+    UnsupportedSchemaError,
+)
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateId
 from tests.persistence.helpers import KINDS, make, opened, raw
-from tests.persistence.legacy_ddl import legacy_store
 from tests.persistence.states import assert_same_state, make_state
 from tests.persistence.test_contract import (
     RANGE_TAMPERS,
     SQL_REFUSED,
     committed,
 )
+from tests.persistence.unchecked_ddl import old_layout_store
+from tests.persistence.unchecked_ddl import unchecked_store as legacy_store
 
 pytestmark = pytest.mark.anyio
 
 #: Rows the current DDL refuses (out of range, duplicate key or name), with the kinds they apply
 #: to: a text where a BLOB belongs only exists in SQLite (DuckDB casts or refuses it by type).
 HEADER_REFUSED = (
-    "UPDATE header SET session_v0 = 65536",
-    "UPDATE header SET session_v2 = -1",
-    "UPDATE header SET serial = 4294967296",
-    "UPDATE header SET recovered_from_epoch = 3",
+    "UPDATE publication SET session_v0 = 65536",
+    "UPDATE publication SET session_v2 = -1",
+    "UPDATE publication SET serial = 4294967296",
+    "UPDATE publication SET recovered_from_epoch = 3",
+    "UPDATE publication SET singleton = 2",
+    "INSERT INTO publication SELECT * FROM publication",
+    "UPDATE store_meta SET singleton = 2",
+    "UPDATE store_meta SET schema_version = 3",
+    "UPDATE store_meta SET mode = 'later'",
+    "UPDATE store_meta SET upstream_epoch = 1",
+    "UPDATE schema_info SET singleton = 2",
+    "UPDATE schema_info SET schema_version = 1",
+    "UPDATE aspas SET afi = 3",
+    "UPDATE sources SET protocol = 3",
+    "UPDATE sources SET present = 8",
+    "UPDATE sources SET invalidated = 2",
+    "UPDATE sources SET aspa_families = 4",
+    "UPDATE groups SET kinds = 8",
+    "INSERT INTO groups VALUES (9, 'primary', 1)",
+    "UPDATE active_groups SET kind = 'aspa_v5' WHERE kind = 'vrp'",
+    "INSERT INTO active_groups VALUES ('vrp', 1)",
+    "INSERT INTO vrps SELECT * FROM vrps WHERE source_id = 0 AND support_id = 0",
 )
 REFUSED: list[Any] = [
     pytest.param(kind, sql, args, id=f"{kind}-{sql}")
@@ -77,7 +102,8 @@ async def test_the_ddl_refuses_an_out_of_range_commit(kind: str, tmp_path: Path)
     async with opened(kind, path) as backend:
         assert backend.store_id is not None
         state = make_state(backend.store_id, StateId(1, 1))
-        bad = replace(state, sources=(replace(state.sources[1], rtr_session=70_000),))
+        http, rtr, empty = state.sources
+        bad = replace(state, sources=(http, replace(rtr, rtr_session=70_000), empty))
         with pytest.raises(PersistenceError, match=r"(?i)constraint") as caught:
             await backend.commit(bad, None)
         assert not caught.value.retryable
@@ -99,8 +125,8 @@ async def forge_header(kind: str, path: Path, **changes: Any) -> None:
     sets = ", ".join(f"{name} = ?" for name in columns)
     with raw(kind, path) as db:
         db.execute(
-            f"UPDATE header SET {sets}, header_digest = ?",
-            [*columns.values(), forged.computed_digest()],
+            f"UPDATE publication SET {sets}, publication_digest = ?",
+            [*columns.values(), forged.computed_publication_digest()],
         )
 
 
@@ -154,7 +180,10 @@ def table_sql(kind: str, path: Path) -> str:
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_a_file_of_the_first_ddl_reads_and_is_committed_to(kind: str, tmp_path: Path) -> None:
+async def test_a_file_without_the_checks_reads_and_is_committed_to(
+    kind: str, tmp_path: Path
+) -> None:
+    """The owner's structure check compares columns, not CHECKs: such a file is used as is."""
     path = tmp_path / "state.db"
     legacy_store(kind, path)
     assert "CHECK" not in table_sql(kind, path)
@@ -164,7 +193,6 @@ async def test_a_file_of_the_first_ddl_reads_and_is_committed_to(kind: str, tmp_
         result = await backend.read_state()
         assert result is not None
         assert result[1].state_id == first
-        assert result[0].recovered_from is None
         newer = replace(make_state(backend.store_id, StateId(2, 1)), recovered_from=first)
         await backend.commit(newer, first)
     async with opened(kind, path) as backend:
@@ -172,19 +200,38 @@ async def test_a_file_of_the_first_ddl_reads_and_is_committed_to(kind: str, tmp_
     assert result is not None
     assert result[0].recovered_from == result[1].recovered_from == first
     assert_same_state(result[1], newer)
-    # The physical DDL was left as it was; only the later columns were added.
     assert "CHECK" not in table_sql(kind, path)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+async def test_a_file_of_the_earlier_layout_is_refused_untouched(kind: str, tmp_path: Path) -> None:
+    """A ``header`` table of before schema 2's ``store_meta``: no migration, a clear refusal."""
+    path = tmp_path / "state.db"
+    old_layout_store(kind, path)
+    before = await anyio.Path(path).read_bytes()
+    backend = make(kind, path)
+    with pytest.raises(UnsupportedSchemaError, match="earlier rtr-serve layout") as caught:
+        await backend.open()
+    assert str(path.name) in str(caught.value)
+    assert "new empty file" in str(caught.value)
+    assert await backend.close()
+    assert await anyio.Path(path).read_bytes() == before
 
 
 # ---------------------------------------------------------------- P-28: no header, no payload
 
 HEADERLESS_ROWS = {
     "sources": (
-        "INSERT INTO sources VALUES"
-        " (0, 'a', 'g', 'file', '/x', 1, 1, 1, 0, 0, NULL, NULL, NULL, 0, NULL)"
+        "INSERT INTO sources VALUES (0, 'a', 0, 'g', 'file', '/x', 1, 1, 1, 1, 0, NULL, 0, 0, 0,"
+        " NULL, NULL, NULL, 0, NULL, NULL, 0, 0, 0)"
     ),
-    "vrps": "INSERT INTO vrps VALUES (0, 4, 0, ?, 8, 8, 64496, 0)",
+    "vrps": "INSERT INTO vrps VALUES (0, 0, 4, ?, 8, 8, 64496, 0)",
     "aspa_providers": "INSERT INTO aspa_providers VALUES (0, 0, 0, 64496)",
+    "groups": "INSERT INTO groups VALUES (0, 'g', 1)",
+    "active_groups": "INSERT INTO active_groups VALUES ('vrp', 0)",
+    "publication": (
+        "INSERT INTO publication VALUES (1, 1, 0, 0, 0, 0, ?, NULL, NULL, NULL, X'00')"
+    ),
 }
 
 
@@ -234,24 +281,24 @@ async def test_recovered_from_round_trips_and_is_signed(kind: str, tmp_path: Pat
     assert header.recovered_from == read.recovered_from == StateId(4, 9)
     assert_same_state(read, state)
     with raw(kind, path) as db:
-        row = db.execute("SELECT recovered_from_epoch, recovered_from_generation FROM header")
+        row = db.execute("SELECT recovered_from_epoch, recovered_from_generation FROM publication")
         assert row.fetchall() == [(4, 9)]
-        db.execute("UPDATE header SET recovered_from_generation = 8")
+        db.execute("UPDATE publication SET recovered_from_generation = 8")
     backend = make(kind, path)
-    with pytest.raises(CorruptStateError, match="header digest"):
+    with pytest.raises(CorruptStateError, match="publication_digest"):
         await backend.open()
     assert await backend.close()
 
 
 @pytest.mark.parametrize("kind", KINDS)
-async def test_half_a_recovered_from_in_a_file_of_the_first_ddl_is_corrupt(
+async def test_half_a_recovered_from_in_a_file_without_the_checks_is_corrupt(
     kind: str, tmp_path: Path
 ) -> None:
     path = tmp_path / "state.db"
     legacy_store(kind, path)
     await committed(kind, path)
     with raw(kind, path) as db:
-        db.execute("UPDATE header SET recovered_from_epoch = 3")
+        db.execute("UPDATE publication SET recovered_from_epoch = 3")
     backend = make(kind, path)
     with pytest.raises(CorruptStateError, match="stored together"):
         await backend.open()

@@ -214,7 +214,7 @@ async def test_a_read_failure_is_reported_and_the_view_runs_out(tmp_path: Path) 
         await tg.start(reader.run)
         # Damage the stored header under the reader: its digest check fails on every read.
         with contextlib.closing(sqlite3.connect(path)) as raw, raw:
-            raw.execute("UPDATE header SET header_digest = zeroblob(32)")
+            raw.execute("UPDATE store_meta SET meta_digest = zeroblob(32)")
         await eventually(lambda: reader.get_status().persistence_error is not None)
         status = reader.get_status()
         assert status.available  # the old view is still good

@@ -139,7 +139,7 @@ async def test_metrics_count_polls_failures_and_builds(tmp_path: Path) -> None:
             assert reader.get_metrics().local_generation == 2
             assert reader.get_metrics().states_read == 2
             with contextlib.closing(sqlite3.connect(path)) as raw, raw:
-                raw.execute("UPDATE header SET header_digest = zeroblob(32)")
+                raw.execute("UPDATE store_meta SET meta_digest = zeroblob(32)")
             await eventually(lambda: reader.get_metrics().poll_failures >= 2)
             await reader.aclose()
 

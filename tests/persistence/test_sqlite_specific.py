@@ -99,7 +99,7 @@ async def test_follower_sees_the_owners_commits_and_cannot_write(tmp_path: Path)
                 result = await follower.read_state()
                 assert result is not None
                 assert_same_state(result[1], state)
-            assert len({h.header_digest for h in seen}) == 3
+            assert len({h.meta_digest for h in seen}) == 3
             with pytest.raises(PersistenceError):
                 await follower.commit(make_state(owner.store_id, StateId(1, 4)), expected)
         finally:

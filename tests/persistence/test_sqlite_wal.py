@@ -66,7 +66,7 @@ async def test_wal_grows_during_a_long_read_and_is_checkpointed_after_it(tmp_pat
         reader = sqlite3.connect(path, isolation_level=None)
         try:
             reader.execute("BEGIN")
-            (held,) = reader.execute("SELECT generation FROM header").fetchone()
+            (held,) = reader.execute("SELECT generation FROM store_meta").fetchone()
             assert held == 1
             sizes = []
             generation = 1
@@ -77,7 +77,7 @@ async def test_wal_grows_during_a_long_read_and_is_checkpointed_after_it(tmp_pat
                 await backend.commit(crash_state(store_id, StateId(1, generation), vrps), expected)
                 sizes.append(wal_size(path))
                 # The reader still sees the state of its transaction, whatever was committed.
-                assert reader.execute("SELECT generation FROM header").fetchone() == (1,)
+                assert reader.execute("SELECT generation FROM store_meta").fetchone() == (1,)
             assert sizes == sorted(sizes)  # the held snapshot keeps the WAL from being reused
             grown = sizes[-1]
             assert grown > 3 * 1000 * page_size

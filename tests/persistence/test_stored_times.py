@@ -2,8 +2,8 @@
 
 Covered, on SQLite and DuckDB: a round trip keeps both (also for a new owner and a read-only
 reader), neither changes the state digest, ``written_at`` is never below either, the header
-digest and the evaluated digest catch their damage, and a file written before they were stored
-(``data/before-times.*.gz``) still reads, recovers and takes new commits.
+digest and the evaluated digest catch their damage. A file of our earlier layout
+(``data/before-times.*.gz``, a ``header`` table) is refused untouched, never migrated.
 
 The two files in ``data/`` were written by the backends of commit b7942bc (the last one without
 the time columns): ``make_state(store_id, StateId(3, 5))`` committed at the tests' `START`.
@@ -18,13 +18,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from persistence.errors import CorruptStateError
+from persistence.errors import CorruptStateError, UnsupportedSchemaError
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistedState, StateId, evaluated_digest
 from tests.clock import FakeClock
-from tests.persistence.helpers import KINDS, START, opened, raw, wall_us
+from tests.persistence.helpers import KINDS, START, make, opened, raw, wall_us
 from tests.persistence.states import US, assert_same_state, make_state, realistic_sources
-from upstream.recovery import SourceIdentity, plan_recovery
 
 pytestmark = pytest.mark.anyio
 
@@ -131,10 +130,8 @@ async def test_written_at_is_never_below_a_stored_time(kind: str, path: Path) ->
 
 TIME_TAMPERS = [
     "UPDATE sources SET evaluated_at = evaluated_at + 1 WHERE source_id = 1",
-    "UPDATE sources SET evaluated_at = NULL WHERE source_id = 0",
-    "UPDATE header SET observed_at = observed_at - 1",
-    "UPDATE header SET observed_at = NULL",
-    "UPDATE header SET evaluated_digest = state_digest",
+    "UPDATE publication SET observed_at = observed_at - 1",
+    "UPDATE publication SET evaluated_digest = (SELECT state_digest FROM store_meta)",
 ]
 
 
@@ -169,8 +166,8 @@ async def test_a_written_at_below_an_evaluation_time_is_corrupt(kind: str, path:
             "UPDATE sources SET evaluated_at = ? WHERE source_id = 1", [forged_rtr.evaluated_at]
         )
         db.execute(
-            "UPDATE header SET evaluated_digest = ?, header_digest = ?",
-            [forged.evaluated_digest, forged.computed_digest()],
+            "UPDATE publication SET evaluated_digest = ?, publication_digest = ?",
+            [forged.evaluated_digest, forged.computed_publication_digest()],
         )
     async with opened(kind, path) as backend:
         assert await backend.read_header() is not None
@@ -182,84 +179,29 @@ async def test_a_written_at_below_an_evaluation_time_is_corrupt(kind: str, path:
 
 
 async def before_times(kind: str, path: Path) -> bytes:
-    """The file of before the stored times, at ``path``; its bytes."""
+    """The file of our earlier layout (before the stored times), at ``path``; its bytes."""
     data = gzip.decompress((DATA / f"before-times.{kind}.gz").read_bytes())
     await anyio.Path(path).write_bytes(data)
     return data
 
 
-def columns(kind: str, path: Path, table: str) -> list[str]:
-    with raw(kind, path) as db:
-        return [d[0] for d in db.execute(f"SELECT * FROM {table} LIMIT 0").description]
+async def test_a_file_of_the_earlier_layout_is_refused_untouched(kind: str, path: Path) -> None:
+    """No automatic migration (contract): the owner refuses it and names what to do."""
+    data = await before_times(kind, path)
+    backend = make(kind, path)
+    with pytest.raises(UnsupportedSchemaError, match="earlier rtr-serve layout") as caught:
+        await backend.open()
+    assert path.name in str(caught.value)
+    assert "new empty file" in str(caught.value)
+    assert await backend.close()
+    assert await anyio.Path(path).read_bytes() == data
 
 
-async def test_a_file_of_before_the_stored_times_still_recovers(kind: str, path: Path) -> None:
-    await before_times(kind, path)
-    assert "observed_at" not in columns(kind, path, "header")
-    clock = FakeClock(wall=START)
-    async with opened(kind, path, clock) as backend:
-        assert backend.store_id is not None
-        result = await backend.read_state()
-        assert result is not None
-        header, state = result
-        # The state as it was committed; its times are the commit's write time.
-        assert header.written_at == wall_us(FakeClock(wall=START))
-        assert (header.observed_at, header.evaluated_digest) == (None, None)
-        want = make_state(backend.store_id, StateId(3, 5))
-        assert state.digest() == header.state_digest == want.digest()
-        assert_same_state(
-            state,
-            replace(
-                want,
-                observed_at=header.written_at,
-                sources=tuple(replace(s, evaluated_at=header.written_at) for s in want.sources),
-            ),
-        )
-        # A restart trusts it and revives what is still valid at the wall clock.
-        plan = plan_recovery(
-            header,
-            state,
-            [SourceIdentity(s.name, s.kind, s.location) for s in state.sources],
-            wall=clock.wall(),
-            clock_tolerance=300,
-        )
-        assert plan.trusted
-        assert set(plan.recovered) == {"ripe-http", "rtr-upstream"}
-    # The owner added the columns in place; the old rows kept their meaning.
-    assert columns(kind, path, "header")[-4:] == [
-        "observed_at",
-        "evaluated_digest",
-        "recovered_from_epoch",
-        "recovered_from_generation",
-    ]
-    assert columns(kind, path, "sources")[-2:] == ["evaluated_at", "identity"]
-    async with opened(kind, path, clock) as backend:
-        assert backend.store_id is not None
-        result = await backend.read_state()
-        assert result is not None
-        assert result[1].digest() == header.state_digest
-        # The next commit stores the times.
-        clock.move_wall(60)
-        newer = timed(backend.store_id, StateId(4, 1), clock)
-        await backend.commit(newer, StateId(3, 5))
-    async with opened(kind, path) as backend:
-        result = await backend.read_state()
-        assert result is not None
-        assert stored_times(result[1]) == stored_times(newer)
-        assert_same_state(result[1], newer)
-
-
-async def test_a_reader_reads_a_file_of_before_without_changing_it(tmp_path: Path) -> None:
+async def test_a_reader_refuses_a_file_of_the_earlier_layout(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
     data = await before_times("sqlite", path)
     reader = SQLiteBackend(path, read_only=True)
-    await reader.open()
-    try:
-        result = await reader.read_state()
-    finally:
-        assert await reader.close()
-    assert result is not None
-    header, state = result
-    assert stored_times(state) == (header.written_at, [header.written_at] * 3)
+    with pytest.raises(UnsupportedSchemaError, match="earlier rtr-serve layout"):
+        await reader.open()
+    assert await reader.close()
     assert await anyio.Path(path).read_bytes() == data
-    assert "observed_at" not in columns("sqlite", path, "header")

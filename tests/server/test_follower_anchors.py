@@ -73,7 +73,7 @@ def stored(*sources: tuple[str, float], written: float = W) -> tuple[StateHeader
         published_at=state.published_at,
         written_at=int(written * US_PER_SECOND),
         state_digest=b"",
-        header_digest=b"",
+        meta_digest=b"",
         package_version="test",
     )
     return header, state

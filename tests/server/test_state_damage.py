@@ -3,12 +3,14 @@ network, the file byte for byte unchanged); damaged rows in a sound file are not
 owner resynchronises from the network and its first commit replaces them.
 
 Fail the start: not a database (garbage bytes), a truncated file, a failed integrity check, a
-foreign or newer schema, other columns or schema objects, a damaged header. Go on: a state
+foreign or newer schema, other columns or schema objects, a damaged header, a file of our
+earlier layout (a ``header`` table: never migrated, the host picks a new empty file). Go on: a state
 digest mismatch (or a row breaking a type or range rule) in an otherwise sound file.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import socket
 import subprocess
@@ -58,8 +60,24 @@ def foreign_schema(kind: str, path: Path) -> None:
 
 
 def newer_schema(kind: str, path: Path) -> None:
+    """Schema version 3 in schema_info (whose schema-2 CHECK is dropped with the table)."""
     with raw(kind, path) as db:
-        db.execute("UPDATE schema_info SET schema_version = 3")
+        db.execute("CREATE TABLE info_copy AS SELECT * FROM schema_info")
+        db.execute("DROP TABLE schema_info")
+        db.execute(
+            "CREATE TABLE schema_info (singleton INTEGER NOT NULL, schema_version INTEGER NOT "
+            "NULL, store_id TEXT NOT NULL, created_at BIGINT NOT NULL)"
+        )
+        db.execute(
+            "INSERT INTO schema_info SELECT singleton, 3, store_id, created_at FROM info_copy"
+        )
+        db.execute("DROP TABLE info_copy")
+
+
+def earlier_layout(kind: str, path: Path) -> None:
+    """A file of our earlier layout (a ``header`` table), as the backends of b7942bc wrote it."""
+    data = Path(__file__).parents[1] / "persistence" / "data" / f"before-times.{kind}.gz"
+    path.write_bytes(gzip.decompress(data.read_bytes()))
 
 
 def other_columns(kind: str, path: Path) -> None:
@@ -84,7 +102,7 @@ def foreign_object(kind: str, path: Path) -> None:
 
 def damaged_header(kind: str, path: Path) -> None:
     with raw(kind, path) as db:
-        db.execute("UPDATE header SET serial = serial + 1")
+        db.execute("UPDATE publication SET serial = serial + 1")
 
 
 DAMAGE: dict[str, Callable[[str, Path], None]] = {
@@ -95,6 +113,7 @@ DAMAGE: dict[str, Callable[[str, Path], None]] = {
     "other-columns": other_columns,
     "foreign-object": foreign_object,
     "damaged-header": damaged_header,
+    "earlier-layout": earlier_layout,
 }
 
 
@@ -131,7 +150,7 @@ async def test_a_digest_mismatch_in_a_sound_file_resyncs_and_the_first_commit_re
     path = tmp_path / f"state.{kind}"
     await sound_file(kind, path)
     with raw(kind, path) as db:
-        db.execute("UPDATE vrps SET asn = asn + 1 WHERE seq = 7")
+        db.execute("UPDATE vrps SET asn = asn + 1 WHERE support_id = 7")
     config = state_config((source,), StateLocation(kind, path))
     async with running(config) as app:
         assert app.recovery is None  # nothing of the damaged state was served
@@ -150,7 +169,9 @@ async def test_a_digest_mismatch_in_a_sound_file_resyncs_and_the_first_commit_re
 
 
 @pytest.mark.parametrize("kind", ["sqlite", "duckdb"])
-@pytest.mark.parametrize("damage", ["garbage", "truncated", "newer-schema", "damaged-header"])
+@pytest.mark.parametrize(
+    "damage", ["garbage", "truncated", "newer-schema", "damaged-header", "earlier-layout"]
+)
 def test_rtr_serve_with_a_damaged_state_exits_before_any_network(
     tmp_path: Path, kind: str, damage: str
 ) -> None:
@@ -183,4 +204,7 @@ def test_rtr_serve_with_a_damaged_state_exits_before_any_network(
     errors = [line for line in done.stderr.splitlines() if "ERROR" in line]
     assert len(errors) == 1, done.stderr
     assert f"cannot use state {kind}:{path}: " in errors[0], errors
+    if damage == "earlier-layout":
+        assert "earlier rtr-serve layout" in errors[0], errors
+        assert "new empty file" in errors[0], errors
     assert sha256(path) == before

@@ -103,7 +103,9 @@ async def test_entering_opens_and_recovers_and_a_second_owner_is_refused(tmp_pat
         assert again.snapshot_id == StateId(2, 1)
         tg.cancel_scope.cancel()
     with sqlite3.connect(db) as conn:  # P-54: the new state names the one it recovered from
-        row = conn.execute("SELECT recovered_from_epoch, recovered_from_generation FROM header")
+        row = conn.execute(
+            "SELECT recovered_from_epoch, recovered_from_generation FROM publication"
+        )
         assert row.fetchone() == (1, 1)
     conn.close()
 
@@ -227,7 +229,7 @@ async def test_the_host_hook_gets_every_commit_before_its_state(tmp_path: Path) 
     assert receipt.snapshot_id == StateId(1, 1)
     assert "(serial 1, 2 VRPs)" in report.message, report.message
     with sqlite3.connect(db) as conn:
-        row = conn.execute("SELECT serial, session_v0, session_v1, session_v2 FROM header")
+        row = conn.execute("SELECT serial, session_v0, session_v1, session_v2 FROM publication")
         assert row.fetchone() == (1, 1, 2, 3)
     conn.close()
 
@@ -282,7 +284,7 @@ async def test_the_revision_in_force_and_the_persisted_one_are_reported_apart(
         await client.aclose()
         tg.cancel_scope.cancel()
     with sqlite3.connect(db) as conn:
-        assert conn.execute("SELECT config_revision FROM header").fetchone() == (1,)
+        assert conn.execute("SELECT config_revision FROM store_meta").fetchone() == (1,)
     conn.close()
 
 
