@@ -37,16 +37,16 @@ ACTIVE_KINDS = {
 _FAMILY_BIT = {1: ASPA_FAMILY_V4, 2: ASPA_FAMILY_V6}
 
 
-def _not_incremental(metadata: str | None) -> bool:
+def _not_incremental(name: str, metadata: str | None) -> bool:
     """Whether ``metadata`` says the data may not serve as an incremental base."""
     if metadata is None:
         return False
     try:
         value = json.loads(metadata)
     except ValueError as exc:
-        raise ValueError(f"metadata_json is no JSON: {exc}") from exc
+        raise ValueError(f"source {name}: metadata_json is no JSON: {exc}") from exc
     if not isinstance(value, dict):
-        raise ValueError("metadata_json is no JSON object")  # noqa: TRY004 - a value rule
+        raise ValueError(f"source {name}: metadata_json is no JSON object")  # noqa: TRY004
     rtr = value.get("rtr")
     return isinstance(rtr, dict) and rtr.get("incremental_usable") is False
 
@@ -61,7 +61,7 @@ def check_source(source: SourceRecord) -> None:
             raise ValueError(f"source {name}: an ASPA of afi {afi} outside its families")
     if source.protocol is not None and source.protocol not in {0, 1, 2}:
         raise ValueError(f"source {name}: protocol {source.protocol} is not 0, 1 or 2")
-    if _not_incremental(source.metadata_json):
+    if _not_incremental(name, source.metadata_json):
         revoked = not (source.aspas or source.aspa_duplicates) and "aspa" not in (
             source.capabilities | source.selected | source.present
         )

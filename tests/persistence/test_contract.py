@@ -32,7 +32,13 @@ from persistence.errors import (
     UnsupportedSchemaError,
 )
 from persistence.schema import TABLES, ddl
-from persistence.state import SCHEMA_VERSION, PersistReceipt, StateId
+from persistence.state import (
+    NOT_INCREMENTAL_METADATA,
+    SCHEMA_VERSION,
+    PersistReceipt,
+    StateId,
+    UpstreamRef,
+)
 from tests.clock import FakeClock
 from tests.persistence.contract_backend import DUCKDB, SQLITE, ContractBackend
 from tests.persistence.helpers import KINDS, ROOT, START, listing, make, opened, raw, wall_us
@@ -63,6 +69,7 @@ __all__ = [
     "test_idempotent_retry_returns_the_original_commit",
     "test_open_creates_missing_directories",
     "test_same_id_other_content_is_a_conflict",
+    "test_schema2_state_fields_round_trip",
     "test_second_owner_in_another_process_is_refused",
     "test_second_owner_in_process_is_refused",
     "test_second_owner_through_a_hard_link_is_refused",
@@ -166,6 +173,49 @@ async def test_empty_store_reads_none(contract_backend: ContractBackend, path: P
 
 
 # ---------------------------------------------------------------- commits
+
+
+async def test_schema2_state_fields_round_trip(
+    contract_backend: ContractBackend, path: Path
+) -> None:
+    """The evaluation context, identities, groups and a v2 -> v1 revocation read back exactly."""
+    async with contract_backend.opened(path) as backend:
+        assert backend.store_id is not None
+        base = make_state(backend.store_id, StateId(2, 1))
+        http, rtr, empty = base.sources
+        revoked = replace(
+            rtr,
+            capabilities=frozenset({"vrp", "router_key"}),
+            selected=frozenset({"vrp"}),
+            present=frozenset({"vrp"}),
+            aspas=(),
+            aspa_afis=b"",
+            aspa_families=0,
+            metadata_json=NOT_INCREMENTAL_METADATA,
+        )
+        state = replace(
+            base,
+            sources=(http, revoked, empty),
+            mode="offline",
+            reference_time=base.published_at - 5 * US,
+            upstream=UpstreamRef("u" * 32, 4, 9),
+            active_groups=(("aspa", "primary"), ("router_key", "primary"), ("vrp", "primary")),
+        )
+        receipt = await backend.commit(state, None)
+        assert receipt.state_digest == state.digest() != base.digest()
+        result = await backend.read_state()
+        assert result is not None
+        header, got = result
+        assert_same_state(got, state)
+        assert header.mode == "offline"
+        assert header.upstream == UpstreamRef("u" * 32, 4, 9)
+        assert (header.policy_id, header.config_identity) == (
+            state.policy_id,
+            state.config_identity,
+        )
+        assert not got.sources[1].incremental_usable
+        assert [g.source_names for g in got.groups] == [g.source_names for g in state.groups]
+        assert got.groups[2].source_names == ()  # an empty group is kept
 
 
 async def test_full_state_round_trip(contract_backend: ContractBackend, path: Path) -> None:
