@@ -10,8 +10,9 @@ app's own publisher (own session ids, own serials):
   last; a watch that must resynchronise is replaced, its first event is the current view);
 * a refused state's empty view withdraws what was served; an empty view before anything was
   served is not published (nothing to withdraw);
-* with the SLURM policy in force (`SharedReaderConfig.policy`; None: not valid yet, nothing is
-  published), told of a change by `policy_changed`.
+* with the SLURM policy in force (`SharedReaderConfig.policy`; None from the call: not valid
+  yet, nothing is published), told of a change by `policy_changed`; without one, the owner's
+  policy stored with each state.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from persistence.shared import (
     SharedSnapshotClient,
 )
 from persistence.state import StateId
-from snapshot.slurm import EMPTY_POLICY, SlurmPolicy
+from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
 
 __all__ = ["DEFAULT_CLOCK_TOLERANCE", "FollowerStatus", "StateFollower"]
@@ -67,13 +68,14 @@ class StateFollower:
         publish: Callable[[Snapshot], Awaitable[None]],
         *,
         poll: float = 1.0,
-        policy: Callable[[], SlurmPolicy | None] = lambda: EMPTY_POLICY,
+        policy: Callable[[], SlurmPolicy | None] | None = None,
         clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE,
         recheck: float = 1.0,
     ) -> None:
         """A reader of ``path`` (opened by `run`, which waits for the file to appear).
 
-        ``policy`` gives the SLURM policy in force (None: not valid yet, nothing is published).
+        ``policy`` gives the SLURM policy in force (None from it: not valid yet, nothing is
+        published); without ``policy`` the owner's stored policy applies.
         ``clock_tolerance`` bounds how far the wall clock may be behind a state's write time;
         ``recheck`` is the longest the expiry timer sleeps between two looks at the clock.
         """

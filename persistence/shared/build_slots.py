@@ -15,7 +15,6 @@ frees a slot a thread still holds.
 from __future__ import annotations
 
 import enum
-import functools
 from collections.abc import Callable, Mapping
 from typing import Protocol, TypeVar
 
@@ -27,9 +26,11 @@ from snapshot.kinds import PayloadKind
 from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
 
-__all__ = ["BuildPurpose", "BuildSlots", "Judge"]
+__all__ = ["BuildPurpose", "BuildSlots", "Judge", "Judged"]
 
 T = TypeVar("T")
+#: What a build gives: the snapshot, each kind's usable-until time, the ASPA families.
+Judged = tuple[Snapshot, dict[PayloadKind, float | None], convert.AspaFamilies]
 
 
 class Judge(Protocol):
@@ -87,11 +88,17 @@ class BuildSlots:
         *,
         own: Mapping[str, float] | None = None,
         policy: SlurmPolicy | None = None,
-    ) -> tuple[Snapshot, dict[PayloadKind, float | None]]:
-        """Judge ``state`` at ``now`` (sources at ``own``, under ``policy``) in a slot."""
-        return await self.run(
-            purpose, functools.partial(self.judge, state, now, own=own, policy=policy)
-        )
+    ) -> Judged:
+        """Judge ``state`` at ``now`` (sources at ``own``, under ``policy``) in a slot.
+
+        The snapshot, each kind's usable-until time and each ASPA family judged on its own.
+        """
+
+        def job() -> Judged:
+            snapshot, until = self.judge(state, now, own=own, policy=policy)
+            return snapshot, until, convert.judge_families(state, now, own=own)
+
+        return await self.run(purpose, job)
 
     async def run(self, purpose: BuildPurpose, job: Callable[[], T]) -> T:
         """Run ``job`` for ``purpose`` in a managed thread holding one slot.

@@ -26,9 +26,11 @@ waits for the reads and builds, closes the connection on the owner thread; beyon
 retries).
 
 What a snapshot holds: the writer's stored source payloads of the kinds each source was
-selected for, judged at the reader's time: the selected payloads before the owner's SLURM
-filters and assertions (the store does not carry the owner's policy), with the reader's own
-policy applied when it has one, never the owner's silently "re-applied".
+selected for, judged at the reader's time, under a SLURM policy: the reader's own when its
+config has one, otherwise the owner's, stored with the state (`PersistedState.policy_json`,
+read once per state; a state that stores none is served as it is; one whose stored policy
+cannot be read is not adopted: a read failure). Each ASPA family is judged on its own, with
+the writer's per-family active groups (`persistence.shared.convert.judge_families`).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from __future__ import annotations
 import functools
 import logging
 import threading
+import uuid
 from collections.abc import Set as AbstractSet
 from typing import Self
 
@@ -43,18 +46,24 @@ import anyio
 from anyio.abc import TaskStatus
 
 from persistence.clock import Clock
-from persistence.errors import PersistenceError
-from persistence.shared.announce import event_kind, log_trust, notify, utc
+from persistence.errors import CorruptStateError, PersistenceError
+from persistence.shared import announce
 from persistence.shared.build_slots import BuildPurpose, BuildSlots
-from persistence.shared.convert import active_groups
-from persistence.shared.judging import ReaderTime, WallClock, digests_of
-from persistence.shared.samples import COUNTERS, ReaderFacts, metrics_of, ready_for, status_of
+from persistence.shared.convert import active_groups, uncovered
+from persistence.shared.judging import ReaderTime, WallClock, prepare
+from persistence.shared.samples import (
+    COUNTERS,
+    ReaderFacts,
+    metrics_of,
+    readiness_request,
+    ready_for,
+    status_of,
+    timer_delay,
+)
 from persistence.shared.types import (
-    ALL_AFIS,
     CLOSE_DEADLINE,
     Afi,
     ReaderState,
-    SharedEvent,
     SharedMetrics,
     SharedReaderConfig,
     SharedSnapshot,
@@ -62,19 +71,19 @@ from persistence.shared.types import (
     SharedWatch,
 )
 from persistence.sqlite_backend import SQLiteStore
-from persistence.state import US_PER_SECOND, PersistedState, StateHeader, seconds_to_us
+from persistence.state import PersistedState, StateHeader, seconds_to_us
 from persistence.worker_thread import WorkerThread
 from snapshot.kinds import PayloadKind
+from snapshot.slurm import SlurmError, SlurmPolicy
 from snapshot.snapshot import EMPTY
 
 __all__ = ["SharedSnapshotClient"]
 
 log = logging.getLogger(__name__)
-#: The kinds `wait_ready` may ask for.
-READY_KINDS = frozenset({PayloadKind.VRP, PayloadKind.ASPA})
 
-#: A state read and its sources' representations.
-Held = tuple[StateHeader, PersistedState, dict[str, bytes]]
+#: A state read, its sources' representations and the owner's stored SLURM policy (read only
+#: for a reader without a policy of its own).
+Held = tuple[StateHeader, PersistedState, dict[str, bytes], SlurmPolicy | None]
 #: Why a view is due: the build's purpose and the event kind it publishes.
 Due = tuple[BuildPurpose, str]
 
@@ -90,6 +99,8 @@ class SharedSnapshotClient:
         reader's effective time forward; there is no public clock API.
         """
         self.config = config
+        #: The reader's own store id (its snapshots' `ReaderId`; new for each reader).
+        self.reader_store_id = uuid.uuid4().hex
         self._store = SQLiteStore(config.path, read_only=True)
         self._worker = WorkerThread("sqlite-shared-reader")
         self._state = ReaderState.CREATED
@@ -203,9 +214,9 @@ class SharedSnapshotClient:
 
         Waits at most `CLOSE_DEADLINE` for the polling task (and a build thread it waits for)
         and for the owner thread: beyond it the status reports ``cleanup_overdue`` and the
-        reader stays ``closing`` (call again to wait on). A failed
-        close raises it (`PersistenceError`) and keeps the owner thread and the connection for
-        another `aclose`; the reader is ``closed`` only once the connection really is.
+        reader stays ``closing`` (call again to wait on). A failed close raises it
+        (`PersistenceError`) and keeps the owner thread and the connection for another
+        `aclose`; the reader is ``closed`` only once the connection really is.
         """
         if self._state is ReaderState.CLOSED:
             return
@@ -297,12 +308,7 @@ class SharedSnapshotClient:
         Raises:
             ValueError: ``required`` is empty or names another kind, or ``aspa_afi`` is no `Afi`.
         """
-        wanted = frozenset(required)
-        if not wanted or not wanted <= READY_KINDS:
-            raise ValueError("required must be a non-empty set of PayloadKind.VRP / ASPA")
-        if aspa_afi is not None and not isinstance(aspa_afi, Afi):
-            raise ValueError("aspa_afi must be Afi.IPV4, Afi.IPV6 or None")
-        families = ALL_AFIS if aspa_afi is None else frozenset({aspa_afi})
+        wanted, families = readiness_request(required, aspa_afi)
         while True:  # the caller bounds the wait (anyio.fail_after)
             if self._state in {ReaderState.CLOSING, ReaderState.CLOSED}:
                 raise RuntimeError("the shared reader is closed")
@@ -319,7 +325,7 @@ class SharedSnapshotClient:
             raise RuntimeError("the shared reader is closed")
         watch = SharedWatch.create(self._watches.discard, self.config.queue_size)
         if self._current is not None:
-            watch.offer(SharedEvent("initial", self._current, None, self._current.version))
+            watch.offer(announce.initial_event(self._current))
         self._watches.add(watch)
         return watch
 
@@ -364,16 +370,9 @@ class SharedSnapshotClient:
             self._error = None
             self._signal()
 
-    def _delay(self) -> float:
-        current = self._current
-        until = None if current is None or current.refused else current.usable_until
-        if until is None:
-            return self.config.recheck
-        return min(self.config.recheck, max(0.0, until - self.now()))
-
     async def _expire(self) -> None:
         while True:
-            with anyio.move_on_after(self._delay()):
+            with anyio.move_on_after(timer_delay(self._current, self.now(), self.config.recheck)):
                 await self._wake.wait()
             self._wake = anyio.Event()
             due = self._due()
@@ -408,17 +407,16 @@ class SharedSnapshotClient:
     async def _adopt(self, stored: tuple[StateHeader, PersistedState]) -> None:
         header, state = stored
         self._counts["states_read"] += 1
-        log.info(
-            "shared reader: read state %s (owner serial %d, %d VRPs, written %s)",
-            header.state_id,
-            state.serial,
-            state.vrp_count(),
-            utc(header.written_at / US_PER_SECOND),
-        )
+        announce.log_read(header, state)
         async with self._header_lock:
-            job = functools.partial(digests_of, state)
-            digests = await self._builds.run(BuildPurpose.HEADER, job)
-            self._latest = (header, state, digests)
+            job = functools.partial(prepare, state, owner=self.config.policy is None)
+            try:
+                digests, policy = await self._builds.run(BuildPurpose.HEADER, job)
+            except SlurmError as exc:
+                error = CorruptStateError(f"state {header.state_id} of {self._store.path}: {exc}")
+                self._failed(error, "not adopted; retrying at the next poll")
+                return
+            self._latest = (header, state, digests, policy)
             await self._publish(BuildPurpose.HEADER, "changed", locked=True)
 
     async def _publish(self, purpose: BuildPurpose, why: str, *, locked: bool = False) -> None:
@@ -435,10 +433,11 @@ class SharedSnapshotClient:
             target = self._latest if purpose is BuildPurpose.HEADER else self._held
             if target is None:
                 return
-            header, state, digests = target
-            policy = None if self.config.policy is None else self.config.policy()
-            if self.config.policy is not None and policy is None:
-                return  # the reader's SLURM policy is not valid (yet): nothing new is built
+            header, state, digests, policy = target
+            if self.config.policy is not None:
+                policy = self.config.policy()
+                if policy is None:
+                    return  # the reader's SLURM policy is not valid (yet): nothing new is built
             self._policy_dirty = False
             self._started += 1
             seq = self._started
@@ -447,9 +446,10 @@ class SharedSnapshotClient:
             if refused:
                 now = self.now()
                 snapshot, until = EMPTY, dict.fromkeys(PayloadKind, now)
+                families = uncovered(state)
             else:
                 now, own = self.time.judging(header, state, digests)
-                snapshot, until = await self._builds.build(
+                snapshot, until, families = await self._builds.build(
                     purpose, state, now, own=own, policy=policy
                 )
             if self._state in {ReaderState.CLOSING, ReaderState.CLOSED}:
@@ -466,7 +466,8 @@ class SharedSnapshotClient:
             # least as late, so no entry it withdrew comes back.
         self._current_seq = seq
         old = self._current
-        if refused and old is not None and old.refused and old.version == _version(header):
+        version = (header.state_id.epoch, header.state_id.generation)
+        if refused and old is not None and old.refused and old.version == version:
             return  # still refused: said once, nothing new to serve
         self._held = target
         self._counts["local_generation"] += 1
@@ -481,15 +482,17 @@ class SharedSnapshotClient:
             clock=self.now,
             active_groups=active_groups(state),
             local_generation=self._counts["local_generation"],
+            reader_store_id=self.reader_store_id,
+            local_epoch=announce.local_epoch(old, state.store_id, header.state_id.epoch),
             refused=refused,
+            aspa_covered=families.covered,
+            aspa_usable_until_by_afi=families.until,
+            aspa_active_groups=families.groups,
         )
         self._counts["header_builds" if purpose is BuildPurpose.HEADER else "calibrations"] += 1
-        log_trust(self.time, old, new, header)
+        announce.log_trust(self.time, old, new, header)
         self._current = new
         self._signal()
         self._wake.set()  # the timer sleeps until the new view's first end
-        notify(self._watches, old, new, event_kind(old, new, why))
-
-
-def _version(header: StateHeader) -> tuple[int, int]:
-    return (header.state_id.epoch, header.state_id.generation)
+        kind = announce.event_kind(old, new, why)
+        announce.notify(self._watches, old, new, kind, self.config.event_size_limit)

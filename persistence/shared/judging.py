@@ -22,11 +22,12 @@ import time
 from collections.abc import Callable, Mapping
 
 from persistence.clock import Clock
-from persistence.shared.convert import floor_of
+from persistence.shared.convert import floor_of, owner_policy
 from persistence.state import US_PER_SECOND, PersistedState, StateHeader
 from persistence.timekeeper import Pinned, TimeKeeper
+from snapshot.slurm import SlurmPolicy
 
-__all__ = ["ReaderTime", "WallClock", "digests_of"]
+__all__ = ["ReaderTime", "WallClock", "digests_of", "prepare"]
 
 
 class WallClock:
@@ -48,6 +49,15 @@ class WallClock:
 def digests_of(state: PersistedState) -> dict[str, bytes]:
     """Each selected source's representation (the costly part, once per state read)."""
     return {r.name: r.content_digest() for r in state.sources if r.selected}
+
+
+def prepare(state: PersistedState, *, owner: bool) -> tuple[dict[str, bytes], SlurmPolicy | None]:
+    """Once per state read (in a build slot): `digests_of` and, if ``owner``, the owner's policy.
+
+    Raises:
+        SlurmError: the owner's stored policy cannot be read.
+    """
+    return digests_of(state), owner_policy(state) if owner else None
 
 
 class ReaderTime:

@@ -4,16 +4,19 @@ Contract (persistence contract, shared reading): a sample reads only what the re
 memory (the current snapshot, the last read failure, counters, the build slots), never the
 file. ``available`` is False before a state was read, while the state read last is refused,
 and once the view held when a read failure began ran out; ``ready`` means VRPs are usable and
-``aspa_ready`` names each usable ASPA family.
+``aspa_ready`` names each usable ASPA family (covered and not past its own end), with each
+family's usable-until time and the writer's active group of each family.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from persistence.shared.build_slots import BuildSlots
 from persistence.shared.types import (
+    ALL_AFIS,
     Afi,
     ReaderState,
     SharedMetrics,
@@ -22,7 +25,19 @@ from persistence.shared.types import (
 )
 from snapshot.kinds import PayloadKind
 
-__all__ = ["COUNTERS", "ReaderFacts", "metrics_of", "ready_for", "status_of"]
+__all__ = [
+    "COUNTERS",
+    "READY_KINDS",
+    "ReaderFacts",
+    "metrics_of",
+    "readiness_request",
+    "ready_for",
+    "status_of",
+    "timer_delay",
+]
+
+#: The kinds `wait_ready` may ask for.
+READY_KINDS = frozenset({PayloadKind.VRP, PayloadKind.ASPA})
 
 #: The reader's counters (`metrics_of` reads them; ``stale`` counts dropped calibrations).
 COUNTERS = (
@@ -48,6 +63,22 @@ class ReaderFacts:
     overdue: bool
     reads: int
     read_errors: int
+
+
+def readiness_request(
+    required: AbstractSet[PayloadKind], aspa_afi: Afi | None
+) -> tuple[frozenset[PayloadKind], frozenset[Afi]]:
+    """The kinds and ASPA families `wait_ready` waits for (both families unless one is picked).
+
+    Raises:
+        ValueError: ``required`` is empty or names another kind, or ``aspa_afi`` is no `Afi`.
+    """
+    wanted = frozenset(required)
+    if not wanted or not wanted <= READY_KINDS:
+        raise ValueError("required must be a non-empty set of PayloadKind.VRP / ASPA")
+    if aspa_afi is not None and not isinstance(aspa_afi, Afi):
+        raise ValueError("aspa_afi must be Afi.IPV4, Afi.IPV6 or None")
+    return wanted, ALL_AFIS if aspa_afi is None else frozenset({aspa_afi})
 
 
 def ready_for(
@@ -91,13 +122,24 @@ def status_of(current: SharedSnapshot | None, facts: ReaderFacts, now: float) ->
         ready=current.usable(PayloadKind.VRP, now),
         aspa_ready=frozenset(afi for afi in Afi if current.aspa_usable(afi, now)),
         usable_until_by_kind=dict(current.usable_until_by_kind),
-        aspa_usable_until_by_afi=current.aspa_usable_until_by_afi,
+        aspa_usable_until_by_afi=dict(current.aspa_usable_until_by_afi),
         active_groups=dict(current.active_groups),
+        aspa_covered=current.aspa_covered,
+        aspa_active_groups=dict(current.aspa_active_groups),
         local_generation=current.local_generation,
+        reader_id=current.reader_id,
         trusted=not current.refused,
         reads=facts.reads,
         read_errors=facts.read_errors,
     )
+
+
+def timer_delay(current: SharedSnapshot | None, now: float, recheck: float) -> float:
+    """How long the expiry timer sleeps: until the view's next end, at most ``recheck``."""
+    until = None if current is None or current.refused else current.usable_until
+    if until is None:
+        return recheck
+    return min(recheck, max(0.0, until - now))
 
 
 def metrics_of(

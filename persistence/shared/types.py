@@ -18,8 +18,10 @@ from typing import Self
 import anyio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 
+from snapshot.impact import DEFAULT_EVENT_SIZE_LIMIT, EVERYTHING, Changes
 from snapshot.kinds import PayloadKind
 from snapshot.lifecycle import Lifecycle
+from snapshot.model import IPNetwork
 from snapshot.queries import ResyncRequiredError, SnapshotView
 from snapshot.slurm import SlurmPolicy
 from snapshot.snapshot import Snapshot
@@ -29,6 +31,7 @@ __all__ = [
     "CLOSE_DEADLINE",
     "DEFAULT_CLOCK_TOLERANCE",
     "Afi",
+    "ReaderId",
     "ReaderState",
     "SharedEvent",
     "SharedMetrics",
@@ -51,9 +54,9 @@ DEFAULT_CLOCK_TOLERANCE = 300.0
 class Afi(enum.Enum):
     """An address family of ASPA readiness (`wait_ready(aspa_afi=...)`).
 
-    The library's ASPA records carry no address family (one ASPA set serves IPv4 and IPv6
-    paths alike), so both families' availability comes from the one ASPA kind; the enum lets a
-    caller name the family it needs, as the contract asks, without a second stored set.
+    Each family is judged on its own: its coverage (`SourceRecord.aspa_families`), the writer's
+    active group for it (``aspa_v4``/``aspa_v6``) and its entries (a stored afi of 0 serves
+    both families); see `persistence.shared.convert.judge_families`.
     """
 
     IPV4 = "ipv4"
@@ -95,12 +98,16 @@ class SharedReaderConfig:
     #: A state written further ahead of the raw wall clock than this is refused (not served).
     clock_tolerance: float = DEFAULT_CLOCK_TOLERANCE
     #: The reader's own SLURM policy, applied to every snapshot it builds (None from the call:
-    #: not valid yet, nothing new is built); without it the stored payload is served as it is.
+    #: not valid yet, nothing new is built); without it the owner's policy stored with each
+    #: state (`PersistedState.policy_json`) is applied, or none if the owner stored none.
     #: Tell the reader of a change with `SharedSnapshotClient.policy_changed`.
     policy: Callable[[], SlurmPolicy | None] | None = None
     #: Entering waits (retrying every ``poll_interval``) until the file can be opened and read,
     #: instead of failing: a reader started before its owner.
     wait_for_file: bool = False
+    #: Changes per kind an event lists; beyond it the event names the kind in
+    #: ``requires_full_revalidation`` instead (the upstream client's default).
+    event_size_limit: int = DEFAULT_EVENT_SIZE_LIMIT
 
     def __post_init__(self) -> None:
         if not self.poll_interval > 0 or not self.recheck > 0:
@@ -109,6 +116,8 @@ class SharedReaderConfig:
             raise ValueError("clock_tolerance must be positive")
         if self.queue_size < 1:
             raise ValueError("queue_size must be at least 1")
+        if self.event_size_limit < 0:
+            raise ValueError("event_size_limit must not be negative")
 
 
 #: Where a `SharedSnapshotClient` is in its life (the states every library object shares).
@@ -123,6 +132,20 @@ class UpstreamId:
     epoch: int
     generation: int
     config_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderId:
+    """The reader's own identity of a snapshot it published (not the writer's).
+
+    ``store_id`` is new for each reader; ``epoch`` starts at 1 and grows with each change of
+    the writer's publish identity (a resynchronisation); ``generation`` is the reader's publish
+    count, growing with every snapshot it publishes (a new header or a local re-judging).
+    """
+
+    store_id: str
+    epoch: int
+    generation: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,25 +170,36 @@ class SharedSnapshot:
     #: The reader's own publish count: every snapshot it publishes (a new header or a local
     #: re-evaluation of the held one) has the next one.
     local_generation: int = 0
+    #: The reader's own store id and epoch (see `ReaderId`).
+    reader_store_id: str = ""
+    local_epoch: int = 0
     #: The state was refused (written too far ahead of the wall clock): the snapshot is empty
     #: and no kind is usable.
     refused: bool = False
+    #: The ASPA families covered (by a live source of the family's active group), each
+    #: family's usable-until time (None: never) and the writer's active group of each family.
+    aspa_covered: frozenset[Afi] = frozenset()
+    aspa_usable_until_by_afi: Mapping[Afi, float | None] = field(default_factory=dict)
+    aspa_active_groups: Mapping[Afi, tuple[str, ...]] = field(default_factory=dict)
+
+    @property
+    def reader_id(self) -> ReaderId:
+        """The reader's own identity of this snapshot."""
+        return ReaderId(self.reader_store_id, self.local_epoch, self.local_generation)
 
     @property
     def upstream_id(self) -> UpstreamId:
         """The writer's identity and configuration revision of this snapshot."""
         return UpstreamId(self.store_id, self.epoch, self.generation, self.config_revision)
 
-    @property
-    def aspa_usable_until_by_afi(self) -> dict[Afi, float | None]:
-        """Each family's ASPA usable-until time (one ASPA set serves both, see `Afi`)."""
-        return dict.fromkeys(Afi, self.usable_until_by_kind.get(PayloadKind.ASPA))
-
     def aspa_usable(self, afi: Afi, now: float) -> bool:
-        """Whether ASPA data may still be used for ``afi`` at ``now`` (never if refused)."""
-        if self.refused:
+        """Whether ASPA data may be used for ``afi`` at ``now``: covered, not past its end.
+
+        Never for a refused state, nor for a family no live source of its active group covers.
+        """
+        if self.refused or afi not in self.aspa_covered:
             return False
-        until = self.aspa_usable_until_by_afi[afi]
+        until = self.aspa_usable_until_by_afi.get(afi)
         return until is None or now < until
 
     @property
@@ -175,8 +209,9 @@ class SharedSnapshot:
 
     @property
     def usable_until(self) -> float | None:
-        """The earliest usable-until time over the kinds (None: never)."""
+        """The earliest usable-until time over the kinds and ASPA families (None: never)."""
         times = [t for t in self.usable_until_by_kind.values() if t is not None]
+        times += [t for t in self.aspa_usable_until_by_afi.values() if t is not None]
         return min(times, default=None)
 
     def view(self) -> SnapshotView:
@@ -231,8 +266,12 @@ class SharedStatus:
     aspa_usable_until_by_afi: Mapping[Afi, float | None] = field(default_factory=dict)
     #: The writer's active groups per kind in the held state.
     active_groups: Mapping[PayloadKind, tuple[str, ...]] = field(default_factory=dict)
-    #: The reader's own publish count of the held snapshot.
+    #: The ASPA families covered in the held state and the writer's active group of each.
+    aspa_covered: frozenset[Afi] = frozenset()
+    aspa_active_groups: Mapping[Afi, tuple[str, ...]] = field(default_factory=dict)
+    #: The reader's own publish count of the held snapshot, and its own identity of it.
     local_generation: int = 0
+    reader_id: ReaderId | None = None
     #: False while the state read last is refused (the wall clock too far behind its write time).
     trusted: bool = True
     #: Complete states read, and failed reads, so far.
@@ -279,7 +318,15 @@ class SharedEvent:
 
     ``start`` and ``end`` are the (epoch, generation) versions the diff goes between (a
     ``coalesced`` one skipped the generations between them); ``added``/``removed`` count the
-    records of the complete endpoint diff.
+    records of the complete endpoint diff (an ASPA record replaced counts once each way).
+
+    ``changes`` is that diff with its conservative impact, as the upstream client's
+    `SnapshotEvent` has it (`snapshot.impact`): ``affected_prefixes`` holds every prefix of an
+    added or removed VRP (revalidate every route it covers, whatever its origin or length),
+    ``affected_customers`` every customer whose ASPA record changed, and a kind with more
+    changes than the reader's ``event_size_limit`` is named in ``requires_full_revalidation``
+    with none of its changes listed. An ``initial`` event asks for a full revalidation of every
+    kind: all of its snapshot is new to the subscriber.
     """
 
     kind: str
@@ -288,6 +335,22 @@ class SharedEvent:
     end: tuple[int, int]
     added: int = 0
     removed: int = 0
+    changes: Changes = EVERYTHING
+
+    @property
+    def affected_prefixes(self) -> tuple[IPNetwork, ...]:
+        """Every prefix of an added or removed VRP (revalidate all routes it covers)."""
+        return self.changes.affected_prefixes
+
+    @property
+    def affected_customers(self) -> tuple[int, ...]:
+        """Every customer whose ASPA record changed."""
+        return self.changes.affected_customers
+
+    @property
+    def requires_full_revalidation(self) -> frozenset[PayloadKind]:
+        """The kinds whose changes are not listed: revalidate everything of them."""
+        return self.changes.requires_full_revalidation
 
 
 @dataclass(eq=False)

@@ -13,6 +13,7 @@ import pytest
 
 from persistence.errors import PersistenceError
 from persistence.shared import (
+    ReaderId,
     ReaderState,
     ResyncRequiredError,
     SharedReaderConfig,
@@ -160,6 +161,11 @@ async def test_watch_initial_coalesced_and_a_sticky_resync(tmp_path: Path) -> No
             initial = await next_event(first)
             assert initial.kind == "initial"
             assert initial.end == (1, 1)
+            # The reader's own identity: its own store id, epoch 1, its publish count.
+            own = initial.snapshot.reader_id
+            assert own == ReaderId(reader.reader_store_id, 1, 1)
+            assert own.store_id not in {"", db.store_id}
+            assert SharedSnapshotClient(config(path)).reader_store_id != own.store_id
             assert (await next_event(second)).kind == "initial"
             # Three generations while nobody polls: one coalesced endpoint diff.
             previous = StateId(1, 1)
@@ -186,7 +192,11 @@ async def test_watch_initial_coalesced_and_a_sticky_resync(tmp_path: Path) -> No
                     with pytest.raises(ResyncRequiredError):  # sticky
                         await next_event(watch)
                 fresh = reader.watch()
-                assert (await next_event(fresh)).end == (2, 1)
+                renewed = await next_event(fresh)
+                assert renewed.end == (2, 1)
+                # A new writer epoch is a new epoch of the reader's own identity too.
+                assert renewed.snapshot.reader_id == ReaderId(reader.reader_store_id, 2, 4)
+                assert reader.get_status().reader_id == renewed.snapshot.reader_id
                 await reader.aclose()
                 with pytest.raises(StopAsyncIteration):
                     await next_event(fresh)

@@ -218,7 +218,7 @@ async def test_the_readers_slurm_policy_is_applied_and_a_change_rejudges(tmp_pat
     await owner.db.close()
 
 
-async def test_without_a_policy_the_stored_payload_is_served(tmp_path: Path) -> None:
+async def test_without_any_policy_the_stored_payload_is_served(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     owner = Owner(path)
     await owner.commit(lambda s, i: state(s, i, W, vrp_ends=(W + 1000,)))

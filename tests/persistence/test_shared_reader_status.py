@@ -50,6 +50,9 @@ async def test_status_reports_upstream_id_ready_and_each_aspa_family(tmp_path: P
             assert status.upstream_id == UpstreamId(db.store_id, 1, 3, 5)
             assert status.ready
             assert status.aspa_ready == {Afi.IPV4, Afi.IPV6}
+            assert status.aspa_covered == {Afi.IPV4, Afi.IPV6}
+            # A state that records no active groups: no family's group is guessed.
+            assert status.aspa_active_groups == {Afi.IPV4: (), Afi.IPV6: ()}
             assert status.aspa_usable_until_by_afi == {
                 Afi.IPV4: pytest.approx(now + 100),
                 Afi.IPV6: pytest.approx(now + 100),
