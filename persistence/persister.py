@@ -30,7 +30,7 @@ from dataclasses import dataclass, replace
 import anyio
 from anyio.abc import TaskStatus
 
-from persistence.backend import PersistenceBackend
+from persistence.backend import AsyncPersistenceBackend
 from persistence.errors import CommitConflictError, PersistenceError
 from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
 from snapshot.backoff import jittered_backoff
@@ -89,7 +89,7 @@ class Persister:
 
     def __init__(
         self,
-        backend: PersistenceBackend,
+        backend: AsyncPersistenceBackend,
         *,
         path: str = "",
         persisted: StateId | None = None,

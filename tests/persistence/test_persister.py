@@ -86,7 +86,7 @@ class Scripted:
 @asynccontextmanager
 async def persister_on(tmp_path: Path) -> AsyncIterator[tuple[Persister, Scripted, str]]:
     """A running persister on a scripted SQLite backend, and the store id."""
-    backend = SQLiteBackend(tmp_path / "state.db")
+    backend = ThreadedBackend(SQLiteBackend(tmp_path / "state.db"))
     await backend.open()
     scripted = Scripted(backend)
     persister = Persister(scripted, retry_initial=0.01, retry_max=0.05)
