@@ -171,7 +171,9 @@ class Client(ClientClosing):
         self._aggregator.prepare_snapshots = config.prepare_queries
         #: The state file (`ClientConfig.state`): open, recover, commit, close; None: memory.
         self.keeping = (
-            None if config.state is None else StateKeeping(config.state, _clock.wall, config.limits)
+            None
+            if config.state is None and config.backend is None
+            else StateKeeping(config.state, _clock.wall, config.limits, injected=config.backend)
         )
         #: Committed snapshots to the host and the state file; the bounded final commit.
         self.delivery = Delivery(
@@ -389,7 +391,7 @@ class Client(ClientClosing):
         self._check_home()
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             raise RuntimeError("the client is closing")
-        if config.state != self.config.state:
+        if config.state != self.config.state or config.backend is not self.config.backend:
             raise ValueError("state: the state file cannot change while the client runs")
         # Build and prepare first: a source that cannot be made or prepared (e.g. an
         # unreadable CA file) raises here, before anything changed, so a refused

@@ -1,4 +1,9 @@
-"""`StateKeeping`: the client's own state file (`ClientConfig.state`): open, recover, commit, close.
+"""`StateKeeping`: the client's state (`ClientConfig.state` or ``backend``): open, recover, commit.
+
+The backend is the one the client builds from its `StateLocation` (it gets the configured
+`Limits`, and a changed value from its next transaction on, P-08) or one the host injected
+(any synchronous `PersistenceBackend`: it keeps its own limits, never overridden); either runs
+in a `ThreadedBackend`, on the client's own worker thread.
 
 `Client.__aenter__` runs `open` in this order: owner lock and schema check
 (`ThreadedBackend.open`; a refusal ends the start with the file untouched and the store closed),
@@ -26,6 +31,7 @@ from persistence.errors import DamagedStateError
 from persistence.limits import Limits
 from persistence.location import StateLocation
 from persistence.persister import Persister
+from persistence.protocol import PersistenceBackend
 from persistence.state import StateHeader, StateId
 from snapshot.slurm import SlurmPolicy
 from upstream.closing import Handover, Publication, close_store
@@ -92,10 +98,22 @@ class StateKeeping:
     """The backend, persister and state ids of one client's state file."""
 
     def __init__(
-        self, location: StateLocation, wall: Callable[[], float], limits: Limits | None = None
+        self,
+        location: StateLocation | None,
+        wall: Callable[[], float],
+        limits: Limits | None = None,
+        *,
+        injected: PersistenceBackend | None = None,
     ) -> None:
-        """Hold no store yet (`open` opens one, bounded by ``limits``)."""
+        """Hold no store yet; exactly one of ``location`` and ``injected`` is given.
+
+        `open` builds a backend at ``location`` (bounded by ``limits``) or opens the host's
+        ``injected`` one (its own limits stay).
+        """
+        if (location is None) == (injected is None):
+            raise ValueError("give a state location or an injected backend (exactly one)")
         self.location = location
+        self.injected = injected
         self.wall = wall
         self.limits = limits
         #: The persistence backend (owned: closed by `close`); None before `open`.
@@ -120,8 +138,12 @@ class StateKeeping:
         On any failure the store is closed again before the error propagates (the file is
         left as it was); a refusal (another owner, an unknown schema) raises here.
         """
-        location = self.location
-        backend = self.backend = location.make_backend(wall=self.wall, limits=self.limits)
+        if self.injected is not None:
+            backend = self.backend = ThreadedBackend(self.injected)
+        else:
+            assert self.location is not None
+            backend = self.location.make_backend(wall=self.wall, limits=self.limits)
+            self.backend = backend
         try:
             await backend.open()
             await self._recover(backend, client, monotonic)
@@ -132,7 +154,7 @@ class StateKeeping:
     async def _recover(
         self, backend: ThreadedBackend, client: Seedable, monotonic: Callable[[], float]
     ) -> None:
-        location = self.location
+        location = self.where
         started = monotonic()
         damaged = None
         try:
@@ -189,9 +211,8 @@ class StateKeeping:
                     monotonic() - started,
                     plan.snapshot.vrp_count,
                 )
-        self.persister = Persister(
-            backend, path=str(location.path), persisted=persisted, wall=self.wall
-        )
+        path = "" if self.location is None else str(self.location.path)
+        self.persister = Persister(backend, path=path, persisted=persisted, wall=self.wall)
 
     async def offer(
         self,
@@ -231,11 +252,23 @@ class StateKeeping:
         self.persister.offer(state)
         self.handover.note(current, state_id, published, self.persister.persisted)
 
+    @property
+    def where(self) -> str:
+        """The state as the log names it: its location, or the injected backend's name."""
+        if self.location is not None:
+            return str(self.location)
+        assert self.injected is not None
+        return f"{self.injected.capabilities.backend_name} (host-injected backend)"
+
     async def set_limits(self, limits: Limits | None) -> None:
-        """New bounds for the store's reads, from its next transaction on (P-08)."""
+        """New bounds for the store's reads, from its next transaction on (P-08).
+
+        Only a backend the client built gets them: an injected one keeps its own.
+        """
         self.limits = limits
-        if self.backend is not None and self.backend.is_open:
-            await self.backend.set_limits(Limits() if limits is None else limits)
+        backend = self.backend
+        if self.injected is None and backend is not None and backend.is_open:
+            await backend.set_limits(Limits() if limits is None else limits)
 
     async def close(self, wait: float | None = None) -> None:
         """Close the store; a failed close is kept and the next call retries it.
