@@ -415,6 +415,9 @@ class Client(ClientClosing):
         self.slurm.poll_interval = config.poll_interval
         self.slurm.set_paths(config.slurm)
         self._aggregator.reconfigure(groups_of(config, self._sources))
+        await self.delivery.reconfigured(
+            config.revision, published=lambda: self._current is not None
+        )
         log.info("configuration revision %d applied", config.revision)
         return config.revision
 

@@ -36,6 +36,7 @@ from persistence.state import StateHeader, StateId
 from snapshot.slurm import SlurmPolicy
 from upstream.closing import Handover, Publication, close_store
 from upstream.events import ClientSnapshot
+from upstream.merge import SourceInput
 from upstream.recovery import (
     Placeholder,
     RecoveryPlan,
@@ -131,6 +132,8 @@ class StateKeeping:
         self.handover: Handover[ClientSnapshot] = Handover()
         self._epoch = 0
         self._generation = 0
+        #: Offers take their generation and reach the persister in one order (`offer`).
+        self._offering: anyio.Lock | None = None
 
     async def open(self, client: Seedable, monotonic: Callable[[], float]) -> None:
         """Open the store (lock, schema), read and check it, seed ``client``.
@@ -225,6 +228,67 @@ class StateKeeping:
 
         The ``configured`` sources without a payload in it are stored as placeholders.
         """
+        async with self._lock():
+            state_id = await self._offer(
+                config_revision=current.config_revision,
+                serial=published.serial,
+                session_ids=published.session_ids,
+                keeper=keeper,
+                inputs=current.inputs,
+                evaluated_at=current.evaluated_at,
+                configured=configured,
+            )
+            assert self.persister is not None
+            self.handover.note(current, state_id, published, self.persister.persisted)
+
+    async def offer_without_data(
+        self,
+        config_revision: int,
+        keeper: Keeper,
+        configured: Sequence[Placeholder],
+        *,
+        unless: Callable[[], bool],
+    ) -> StateId | None:
+        """Offer the data-less state of configuration ``config_revision`` (P-57).
+
+        Every ``configured`` source (taken with the revision: never another configuration's)
+        is a placeholder: a configuration change is stored (its
+        revision, the sources it removed gone, the ones it added present) also while no
+        source has data. Nothing is handed to the host for it and nothing is noted as
+        served; the next snapshot with data follows under a later id. Skipped (None) when
+        ``unless()`` holds once it is this offer's turn: a snapshot with data was published
+        meanwhile, and no data-less state may follow it.
+        """
+        async with self._lock():
+            if unless():
+                return None
+            return await self._offer(
+                config_revision=config_revision,
+                serial=0,
+                session_ids=(0, 0, 0),
+                keeper=keeper,
+                inputs=(),
+                evaluated_at=keeper.now(),
+                configured=configured,
+            )
+
+    def _lock(self) -> anyio.Lock:
+        if self._offering is None:
+            self._offering = anyio.Lock()
+        return self._offering
+
+    async def _offer(
+        self,
+        *,
+        config_revision: int,
+        serial: int,
+        session_ids: tuple[int, int, int],
+        keeper: Keeper,
+        inputs: Sequence[SourceInput],
+        evaluated_at: float,
+        configured: Sequence[Placeholder],
+    ) -> StateId:
+        """Build the next state under the next id (off the loop) and offer it; its id."""
         assert self.persister is not None
         assert self.backend is not None
         self._generation += 1
@@ -235,14 +299,14 @@ class StateKeeping:
                 build_state,
                 store_id=self.backend.store_id or "",
                 state_id=state_id,
-                config_revision=current.config_revision,
-                serial=published.serial,
-                session_ids=published.session_ids,
+                config_revision=config_revision,
+                serial=serial,
+                session_ids=session_ids,
                 published_wall=keeper.now(),
                 package_version=PACKAGE_VERSION,
-                inputs=current.inputs,
-                observed_wall=max(keeper.now(), current.evaluated_at),
-                evaluated_wall=current.evaluated_at,
+                inputs=inputs,
+                observed_wall=max(keeper.now(), evaluated_at),
+                evaluated_wall=evaluated_at,
                 recovered_from=(
                     None if self.recovered_header is None else self.recovered_header.state_id
                 ),
@@ -250,7 +314,7 @@ class StateKeeping:
             )
         )
         self.persister.offer(state)
-        self.handover.note(current, state_id, published, self.persister.persisted)
+        return state_id
 
     @property
     def where(self) -> str:
