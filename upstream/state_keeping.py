@@ -325,14 +325,28 @@ class StateKeeping:
         return f"{self.injected.capabilities.backend_name} (host-injected backend)"
 
     async def set_limits(self, limits: Limits | None) -> None:
-        """New bounds for the store's reads, from its next transaction on (P-08).
+        """New bounds for the store's reads, from its next transaction on (P-08, P-58).
 
-        Only a backend the client built gets them: an injected one keeps its own.
+        Only a backend the client built gets them: an injected one keeps its own. Lowered
+        bounds are refused (`ValueError`, the old ones stay) while the commit running now or
+        an unconfirmed one is over them (`Persister.check_limits`): checked before they are
+        queued, and again once the backend took them (a commit that started in between),
+        when the old ones are put back.
         """
+        backend, persister = self.backend, self.persister
+        if self.injected is not None or backend is None or not backend.is_open:
+            self.limits = limits
+            return
+        new = Limits() if limits is None else limits
+        old = backend.limits
+        if persister is not None and (reason := persister.check_limits(new)) is not None:
+            raise ValueError(f"limits: refused, {reason}; the old limits stay")
+        await backend.set_limits(new)
+        if persister is not None and (reason := persister.check_limits(new)) is not None:
+            if old is not None:
+                await backend.set_limits(old)
+            raise ValueError(f"limits: refused, {reason}; the old limits stay")
         self.limits = limits
-        backend = self.backend
-        if self.injected is None and backend is not None and backend.is_open:
-            await backend.set_limits(Limits() if limits is None else limits)
 
     async def close(self, wait: float | None = None) -> None:
         """Close the store; a failed close is kept and the next call retries it.
