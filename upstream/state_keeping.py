@@ -34,7 +34,7 @@ from persistence.persister import Persister
 from persistence.protocol import PersistenceBackend
 from persistence.state import StateHeader, StateId
 from snapshot.slurm import SlurmPolicy
-from upstream.closing import Handover, Publication, close_store
+from upstream.closing import Handover, Offered, Publication, close_store
 from upstream.events import ClientSnapshot
 from upstream.merge import SourceInput
 from upstream.recovery import (
@@ -262,7 +262,7 @@ class StateKeeping:
         async with self._lock():
             if unless():
                 return None
-            return await self._offer(
+            state_id = await self._offer(
                 config_revision=config_revision,
                 serial=0,
                 session_ids=(0, 0, 0),
@@ -271,6 +271,11 @@ class StateKeeping:
                 evaluated_at=keeper.now(),
                 configured=configured,
             )
+            # The close waits for it as for any offer (it was served as nothing: serial 0).
+            offer = Offered(state_id, serial=0, vrps=0)
+            self.handover.last = offer
+            self.handover.offers[state_id] = offer
+            return state_id
 
     def _lock(self) -> anyio.Lock:
         if self._offering is None:

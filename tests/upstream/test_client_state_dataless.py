@@ -81,6 +81,26 @@ async def test_a_change_without_any_data_is_committed_to_the_file_alone(tmp_path
         tg.cancel_scope.cancel()
 
 
+async def test_the_close_waits_for_a_data_less_state(tmp_path: Path) -> None:
+    db = tmp_path / "state.db"
+    base = ClientConfig(
+        (SourceConfig("a", str(tmp_path / "a.json")),),
+        poll_interval=0.05,
+        state=StateLocation("sqlite", db),
+        flush_timeout=5.0,
+    )
+    client = Client(base)
+    async with client, anyio.create_task_group() as tg:
+        await tg.start(client.run)
+        both = (*base.sources, SourceConfig("b", str(tmp_path / "b.json")))
+        await client.apply_config(dataclasses.replace(base, sources=both, revision=1))
+        report = await client.close_report()  # at once: the commit may not have run yet
+        assert report.persisted is True, report
+        assert "(serial 0, 0 VRPs) persisted" in report.message
+        tg.cancel_scope.cancel()
+    assert stored(db) == (1, [("a", 0), ("b", 0)], 0)
+
+
 async def test_a_recovered_state_is_not_replaced_by_a_data_less_one(tmp_path: Path) -> None:
     db, source = tmp_path / "state.db", tmp_path / "a.json"
     write_atomically(source, export(A))
