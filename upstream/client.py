@@ -170,10 +170,8 @@ class Client(ClientClosing):
         self._aggregator.on_status = self._on_status
         self._aggregator.prepare_snapshots = config.prepare_queries
         #: The state file (`ClientConfig.state`): open, recover, commit, close; None: memory.
-        self.keeping = (
-            None
-            if config.state is None and config.backend is None
-            else StateKeeping(config.state, _clock.wall, config.limits, injected=config.backend)
+        self.keeping = StateKeeping.configured(
+            config.state, config.backend, _clock.wall, config.limits
         )
         #: Committed snapshots to the host and the state file; the bounded final commit.
         self.delivery = Delivery(
@@ -415,9 +413,7 @@ class Client(ClientClosing):
         self.slurm.poll_interval = config.poll_interval
         self.slurm.set_paths(config.slurm)
         self._aggregator.reconfigure(groups_of(config, self._sources))
-        await self.delivery.reconfigured(
-            config.revision, published=lambda: self._current is not None
-        )
+        await self.delivery.reconfigured(config.revision, current=self.get_snapshot)
         log.info("configuration revision %d applied", config.revision)
         return config.revision
 

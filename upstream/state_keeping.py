@@ -135,6 +135,19 @@ class StateKeeping:
         #: Offers take their generation and reach the persister in one order (`offer`).
         self._offering: anyio.Lock | None = None
 
+    @classmethod
+    def configured(
+        cls,
+        location: StateLocation | None,
+        injected: PersistenceBackend | None,
+        wall: Callable[[], float],
+        limits: Limits | None,
+    ) -> StateKeeping | None:
+        """The keeping of a client configured with ``location`` or ``injected`` (None: memory)."""
+        if location is None and injected is None:
+            return None
+        return cls(location, wall, limits, injected=injected)
+
     async def open(self, client: Seedable, monotonic: Callable[[], float]) -> None:
         """Open the store (lock, schema), read and check it, seed ``client``.
 
