@@ -1,11 +1,13 @@
 """Persistence of published state (SQLite, DuckDB); memory-only by default.
 
-The public face of the persistence half is what this package exports: the backend protocol,
-the two backends (DuckDB needs the ``duckdb`` extra, imported only when a store opens), the
-commit receipt and the error classes. Everything else in the submodules is internal.
+The public face of the persistence half is what this package exports: the synchronous backend
+protocol, the two backends implementing it (DuckDB needs the ``duckdb`` extra, imported only
+when a store opens), the async adapter that runs any of them on its own worker thread, the
+commit receipt, the state a read returns with it, and the error classes. Everything else in
+the submodules is internal.
 """
 
-from persistence.backend import BackendCapabilities, PersistenceBackend
+from persistence.backend import ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.errors import (
     BackendClosedError,
@@ -18,6 +20,8 @@ from persistence.errors import (
     UnsupportedSchemaError,
 )
 from persistence.limits import LimitExceededError, Limits
+from persistence.protocol import BackendCapabilities, PersistenceBackend, StoredState, receipt_of
+from persistence.sql_backend import WrongThreadError
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistReceipt
 
@@ -35,6 +39,10 @@ __all__ = [
     "PersistenceBackend",
     "PersistenceError",
     "SQLiteBackend",
+    "StoredState",
+    "ThreadedBackend",
     "TransientError",
     "UnsupportedSchemaError",
+    "WrongThreadError",
+    "receipt_of",
 ]

@@ -1,56 +1,54 @@
-"""The `PersistenceBackend` protocol and the async adapter that runs a store on its own thread.
+"""`ThreadedBackend`: the async adapter running any synchronous `PersistenceBackend` on its thread.
 
-open, read, commit and close of one backend run serially on one dedicated worker thread; the
-event loop only awaits. Constructors touch no file.
+open, read, commit and close of the wrapped backend run serially on one dedicated worker thread
+(which the backend binds at open); the event loop only awaits. The adapter adds what the client
+and the persister use besides the protocol: the stored header (`read_header`, from the
+backend's `HeaderReading` extension or derived from a read's receipt), the store id, new
+`Limits` for a backend that takes them, and a bounded close that interrupts a call still
+running at its deadline (a backend that is `Interruptible`). The protocol types are in
+`persistence.protocol` (re-exported here).
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import os
 import threading
-import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import anyio
 
 from persistence.errors import BackendClosedError, ForkedProcessError
 from persistence.limits import Limits
-from persistence.sql_store import SqlStore
-from persistence.state import (
-    PersistedState,
-    PersistReceipt,
-    StateHeader,
-    StateId,
-    seconds_to_us,
+from persistence.protocol import (
+    BackendCapabilities,
+    HeaderReading,
+    Interruptible,
+    LimitSetting,
+    PersistenceBackend,
+    WithStoreId,
+    header_of,
 )
+from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
 from persistence.worker_thread import WorkerThread
+
+__all__ = [
+    "CLOSE_TIMEOUT",
+    "AsyncPersistenceBackend",
+    "BackendCapabilities",
+    "PersistenceBackend",
+    "ThreadedBackend",
+]
 
 #: Default bound on how long `close` waits for the queued calls before it interrupts one.
 CLOSE_TIMEOUT = 30.0
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class BackendCapabilities:
-    """What a backend offers."""
-
-    backend_name: str
-    schema_version: int
-    #: Other processes may read the file while the owner writes (--state-reader).
-    shared_read: bool
-    #: At most one writer per file, enforced.
-    single_owner: bool
-    #: A commit is all or nothing, also across a crash.
-    atomic_commit: bool
-
-
 @runtime_checkable
-class PersistenceBackend(Protocol):
-    """A store for one `PersistedState` at a time."""
+class AsyncPersistenceBackend(Protocol):
+    """What the persister and the client await: the shape of `ThreadedBackend`."""
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -75,10 +73,7 @@ class PersistenceBackend(Protocol):
         ...
 
     async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
-        """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
-
-        The header's ``written_at`` is no earlier than `PersistedState.time_floor`.
-        """
+        """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
         ...
 
     async def close(self) -> bool:
@@ -87,27 +82,26 @@ class PersistenceBackend(Protocol):
 
 
 class ThreadedBackend:
-    """Runs a `SqlStore` on a dedicated worker thread (implements `PersistenceBackend`)."""
+    """Runs a synchronous `PersistenceBackend` on a dedicated worker thread (async adapter)."""
 
     def __init__(
-        self,
-        store: SqlStore,
-        capabilities: BackendCapabilities,
-        *,
-        wall: Callable[[], float] = time.time,
-        close_timeout: float = CLOSE_TIMEOUT,
+        self, backend: PersistenceBackend, *, close_timeout: float = CLOSE_TIMEOUT
     ) -> None:
-        """Wrap ``store``; nothing happens until `open`."""
-        self._store = store
-        self._capabilities = capabilities
-        self._wall = wall
+        """Wrap ``backend`` (any object of the protocol); nothing happens until `open`."""
+        self._backend = backend
+        self._capabilities = backend.capabilities
         self._close_timeout = close_timeout
-        self._worker = WorkerThread(f"{capabilities.backend_name}-persistence")
+        self._worker = WorkerThread(f"{self._capabilities.backend_name}-persistence")
         self._open = False
         self._closing = False
         self._closed = False
         #: Why the last `close` failed (None after one that succeeded); set when `close` returns.
         self.close_error: Exception | None = None
+
+    @property
+    def inner(self) -> PersistenceBackend:
+        """The wrapped synchronous backend (call it only on the worker thread)."""
+        return self._backend
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -116,8 +110,9 @@ class ThreadedBackend:
 
     @property
     def store_id(self) -> str | None:
-        """The store's id once open."""
-        return self._store.store_id
+        """The store's id once open (None for a backend without the `WithStoreId` extension)."""
+        backend = self._backend
+        return backend.store_id if isinstance(backend, WithStoreId) else None
 
     @property
     def closed(self) -> bool:
@@ -129,51 +124,66 @@ class ThreadedBackend:
         """Opened and not closed."""
         return self._open
 
+    @property
+    def takes_limits(self) -> bool:
+        """Whether the wrapped backend has the `LimitSetting` extension."""
+        return isinstance(self._backend, LimitSetting)
+
     async def open(self) -> None:
-        """Open on the worker thread; errors are `PersistenceError` subclasses."""
-        self._store.check_process()
+        """Open on the worker thread (which the backend binds); errors propagate unchanged."""
+        self._check_process()
         if self._closed or self._closing:
             raise BackendClosedError("a closed backend cannot be opened again")
         if self._open:
             return
-        if self._store.pid is None:
-            self._store.pid = os.getpid()  # bound to this process from now on
-        await self._worker.run(self._store.call, self._store.open_sync, seconds_to_us(self._wall()))
+        await self._worker.run(self._backend.open)
         self._open = True
 
     async def set_limits(self, limits: Limits) -> None:
-        """Bound reads from the next call on (queued behind a running one, not re-budgeting it)."""
-        self._check_open()
-        await self._worker.run(setattr, self._store, "limits", limits)
+        """Bound reads from the next call on (queued behind a running one, not re-budgeting it).
 
-    @property
-    def limits(self) -> Limits:
-        """The bounds reads are checked against now."""
-        limits: Limits = self._store.limits
-        return limits
-
-    async def read_header(self) -> StateHeader | None:
-        """The verified header (None if nothing was committed)."""
-        self._check_open()
-        return await self._worker.run(self._store.call, self._store.read_header_sync)
-
-    async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
-        """The whole verified state (None if nothing was committed)."""
-        self._check_open()
-        return await self._worker.run(self._store.call, self._store.read_state_sync)
-
-    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
-        """Store ``state`` if the stored state is ``expected``; idempotent for a retry.
-
-        ``written_at`` is the wall clock, raised to `PersistedState.time_floor` when the state
-        shows a later time (a wall clock set back must not make the file look older); a retry
-        of a stored state keeps the original ``written_at``.
+        Only for a backend with the `LimitSetting` extension (`TypeError` otherwise).
         """
         self._check_open()
-        written_at = max(seconds_to_us(self._wall()), state.time_floor())
-        return await self._worker.run(
-            self._store.call, self._store.commit_sync, state, expected, written_at
-        )
+        backend = self._backend
+        if not isinstance(backend, LimitSetting):
+            raise TypeError(f"the {self._capabilities.backend_name} backend takes no Limits")
+        await self._worker.run(backend.set_limits, limits)
+
+    @property
+    def limits(self) -> Limits | None:
+        """The bounds reads are checked against now (None: the backend keeps its own)."""
+        backend = self._backend
+        return backend.limits if isinstance(backend, LimitSetting) else None
+
+    async def read_header(self) -> StateHeader | None:
+        """The verified header (None if nothing was committed).
+
+        From the `HeaderReading` extension, else derived from a full read's receipt.
+        """
+        self._check_open()
+        backend = self._backend
+        if isinstance(backend, HeaderReading):
+            return await self._worker.run(backend.read_header)
+        found = await self.read_state()
+        return None if found is None else found[0]
+
+    async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
+        """The whole verified state and its header (None if nothing was committed)."""
+        self._check_open()
+        backend = self._backend
+        if isinstance(backend, HeaderReading):
+            return await self._worker.run(backend.read_stored)
+        state = await self._worker.run(backend.read_state)
+        if state is None:
+            return None
+        return await self._worker.run(header_of, state), state
+
+    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
+        """Store ``state`` if the stored state is ``expected``; idempotent for a retry."""
+        self._check_open()
+        commit = functools.partial(self._backend.commit, state, expected=expected)
+        return await self._worker.run(commit)
 
     async def close(self, *, wait: float | None = None) -> bool:
         """Close the connection and release the owner lock after the queued calls.
@@ -192,7 +202,7 @@ class ThreadedBackend:
         the next `close` retries. Only a successful close marks it closed and ends the thread.
         """
         try:
-            self._store.check_process()
+            self._check_process()
         except ForkedProcessError as exc:  # the parent's: leave connection and lock alone
             self._open = False
             self.close_error = exc
@@ -221,14 +231,16 @@ class ThreadedBackend:
         name = self._worker.name
         running = None
         if self._worker.running(besides=close):
-            running = self._store.running or "a call"
+            running = getattr(self._backend, "running", None) or "a call"
             log.warning(
                 "%s: %s still runs at the close deadline: interrupting it (its transaction "
                 "rolls back)",
                 name,
                 running,
             )
-            await self._worker.interrupt_running(self._store.interrupt, besides=close)
+            backend = self._backend
+            if isinstance(backend, Interruptible):
+                await self._worker.interrupt_running(backend.interrupt, besides=close)
         while not await attempt.wait(self._close_timeout):
             log.error(
                 "%s: the close has not run %g s later (a call the database cannot interrupt?); "
@@ -237,7 +249,7 @@ class ThreadedBackend:
                 self._close_timeout,
             )
         if running is not None:
-            interrupted = self._store.interrupted
+            interrupted = getattr(self._backend, "interrupted", None)
             log.warning(
                 "%s: %s; %s",
                 name,
@@ -251,14 +263,20 @@ class ThreadedBackend:
 
     def _close_sync(self, attempt: _CloseAttempt) -> None:
         try:
-            self._store.call(self._store.close_sync)
+            self._backend.close()
         except Exception as exc:  # noqa: BLE001 - returned to `close` (close_error)
             attempt.error = exc
         finally:
             attempt.done.set()
 
+    def _check_process(self) -> None:
+        """`ForkedProcessError` in a forked child (when the backend can tell)."""
+        check = getattr(self._backend, "check_process", None)
+        if callable(check):
+            check()
+
     def _check_open(self) -> None:
-        self._store.check_process()  # a forked child has no worker thread: never queue there
+        self._check_process()  # a forked child has no worker thread: never queue there
         if not self._open:
             raise BackendClosedError(f"the {self._capabilities.backend_name} backend is not open")
 

@@ -13,9 +13,7 @@ import importlib
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     MissingExtraError,
@@ -25,8 +23,10 @@ from persistence.errors import (
 from persistence.json_batches import insert_sql, json_batches
 from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
+from persistence.protocol import BackendCapabilities
 from persistence.rows import Row
 from persistence.schema import COLUMNS, TABLES
+from persistence.sql_backend import SqlBackend
 from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
 from persistence.structure import Column
@@ -158,8 +158,21 @@ class DuckDBStore(SqlStore):
         return classify(exc)
 
 
-class DuckDBBackend(ThreadedBackend):
-    """The DuckDB backend (single owner; no shared readers)."""
+#: What the DuckDB backend offers.
+DUCKDB_CAPABILITIES = BackendCapabilities(
+    backend_name="duckdb",
+    schema_version=SCHEMA_VERSION,
+    shared_read=False,
+    single_owner=True,
+    atomic_commit=True,
+)
+
+
+class DuckDBBackend(SqlBackend):
+    """The synchronous DuckDB backend (single owner; no shared readers).
+
+    Wrap it in `persistence.backend.ThreadedBackend` to await it from an event loop.
+    """
 
     def __init__(
         self,
@@ -167,19 +180,6 @@ class DuckDBBackend(ThreadedBackend):
         *,
         limits: Limits | None = None,
         wall: Callable[[], float] = time.time,
-        **options: Any,
     ) -> None:
         """Nothing is opened (nor imported) here; ``limits`` bound what a read builds."""
-        self.path = normalise(path)
-        super().__init__(
-            DuckDBStore(path, limits),
-            BackendCapabilities(
-                backend_name="duckdb",
-                schema_version=SCHEMA_VERSION,
-                shared_read=False,
-                single_owner=True,
-                atomic_commit=True,
-            ),
-            wall=wall,
-            **options,
-        )
+        super().__init__(DuckDBStore(path, limits), DUCKDB_CAPABILITIES, wall=wall)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from persistence.backend import ThreadedBackend
+from persistence.backend import CLOSE_TIMEOUT, ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.sqlite_backend import SQLiteBackend
 
@@ -23,13 +23,23 @@ class StateLocation:
     def __str__(self) -> str:
         return f"{self.backend}:{self.path}"
 
-    def make_backend(self, *, read_only: bool = False, **options: Any) -> ThreadedBackend:
-        """A new, unopened backend for this location."""
+    def make_sync_backend(
+        self, *, read_only: bool = False, **options: Any
+    ) -> SQLiteBackend | DuckDBBackend:
+        """A new, unopened synchronous backend for this location (``options``: its keywords)."""
         if self.backend == "sqlite":
             return SQLiteBackend(self.path, read_only=read_only, **options)
         if read_only:
             raise ValueError("only sqlite state can be read by a follower (--state-reader)")
         return DuckDBBackend(self.path, **options)
+
+    def make_backend(
+        self, *, read_only: bool = False, close_timeout: float = CLOSE_TIMEOUT, **options: Any
+    ) -> ThreadedBackend:
+        """A new, unopened backend for this location, in its async adapter."""
+        return ThreadedBackend(
+            self.make_sync_backend(read_only=read_only, **options), close_timeout=close_timeout
+        )
 
 
 def parse_state_location(text: str, *, reader: bool = False) -> StateLocation:

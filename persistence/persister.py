@@ -12,6 +12,13 @@ never the state itself) and, before it commits anything else, reads the stored h
 attempt confirms it, the last confirmed state shows it did not happen, and any other state is
 a conflict that is reported, never overwritten.
 
+Lowering `Limits` (`check_limits`, P-58) checks the budget (`persistence.budget.Budget`) of the
+commit running now and of the unconfirmed attempt: a state the store may hold must stay
+readable under the new bounds. The check takes the immutable records as it finds them (a
+confirmation that clears the attempt meanwhile changes nothing in it) and refuses when either
+is over; once an attempt is confirmed or found not to have happened, its reservation is gone
+and a new check no longer counts it.
+
 Closing: `hold` starts no commit until `release` (an owner holds commits while its final state
 is still being built); `stop` ends committing for good (a failed close): the waiting state is
 dropped, later offers are refused and every unsatisfied `flush` raises `PersisterStoppedError`
@@ -30,8 +37,10 @@ from dataclasses import dataclass, replace
 import anyio
 from anyio.abc import TaskStatus
 
-from persistence.backend import PersistenceBackend
+from persistence.backend import AsyncPersistenceBackend
+from persistence.budget import Budget, state_budget
 from persistence.errors import CommitConflictError, PersistenceError
+from persistence.limits import Limits
 from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
 from snapshot.backoff import jittered_backoff
 
@@ -74,6 +83,8 @@ class Attempt:
     state_id: StateId
     config_revision: int
     state_digest: bytes
+    #: What the attempted state needs of the `Limits` (the store may hold it).
+    budget: Budget | None = None
 
     def matches(self, header: StateHeader) -> bool:
         """Whether ``header`` is this attempt's commit."""
@@ -89,7 +100,7 @@ class Persister:
 
     def __init__(
         self,
-        backend: PersistenceBackend,
+        backend: AsyncPersistenceBackend,
         *,
         path: str = "",
         persisted: StateId | None = None,
@@ -115,6 +126,8 @@ class Persister:
         self._persisted = persisted
         #: The commit whose outcome is unknown, resolved before anything else is committed.
         self._attempt: Attempt | None = None
+        #: The budget of the commit running now (None between commits).
+        self._running: Budget | None = None
         self._pending: PersistedState | None = None
         self._latest_offered: StateId | None = None
         self._last_receipt: PersistReceipt | None = None
@@ -226,6 +239,7 @@ class Persister:
                 continue  # the attempt may have been the pending state: look again
             state = self._pending
             started = self._monotonic()
+            budget = self._running = state_budget(state)
             try:
                 receipt = await self.backend.commit(state, self._persisted)
             except PersistenceError as exc:
@@ -233,15 +247,43 @@ class Persister:
                 if wait is None:
                     return
                 # The commit may have happened all the same: remember what it would have
-                # written (the digest costs a pass over the state, off the event loop).
+                # written (the digest costs a pass over the state, off the event loop); its
+                # budget stays reserved until the stored header settles it.
                 digest = await anyio.to_thread.run_sync(state.digest)
-                self._attempt = Attempt(state.state_id, state.config_revision, digest)
+                self._attempt = Attempt(state.state_id, state.config_revision, digest, budget)
                 self._status = replace(self._status, unconfirmed_id=str(state.state_id))
                 del state
+                self._running = None
                 await self._backoff(wait)
                 continue
+            finally:
+                self._running = None
             self._failures = 0
             self._committed(state, receipt, self._monotonic() - started)
+
+    def check_limits(self, limits: Limits) -> str | None:
+        """Why ``limits`` may not be used now (None: they may): P-58.
+
+        The commit running now and the unconfirmed attempt must both fit, since the store may
+        hold either. The immutable records are taken as found, so a confirmation that clears
+        the attempt meanwhile cannot take a reservation out of this check; a later check no
+        longer counts a confirmed (or refuted) attempt. Conservative: a running commit that
+        is about to fail still counts.
+        """
+        running, attempt = self._running, self._attempt
+        for what, budget in (
+            ("the running commit", running),
+            (
+                None if attempt is None else f"the unconfirmed commit of {attempt.state_id}",
+                None if attempt is None else attempt.budget,
+            ),
+        ):
+            if what is None or budget is None:
+                continue
+            over = budget.exceeded(limits)
+            if over is not None:
+                return f"{what} holds {over}"
+        return None
 
     async def _resolve(self, attempt: Attempt) -> bool:
         """Read the stored header to learn what became of ``attempt``; False once stopped."""

@@ -12,9 +12,7 @@ import sqlite3
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
-from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     PersistenceError,
@@ -22,8 +20,10 @@ from persistence.errors import (
 )
 from persistence.limits import Limits
 from persistence.lock import OwnerLock, normalise
+from persistence.protocol import BackendCapabilities
 from persistence.rows import Row
 from persistence.schema import TABLES
+from persistence.sql_backend import SqlBackend
 from persistence.sql_store import SqlStore
 from persistence.state import SCHEMA_VERSION
 from persistence.structure import Column
@@ -102,11 +102,16 @@ class SQLiteStore(SqlStore):
         read_only: bool = False,
         max_page_count: int | None = None,
         limits: Limits | None = None,
+        busy_timeout: float = BUSY_TIMEOUT_MS / 1000,
     ) -> None:
         """Remember the settings; the file is opened by `open_sync`."""
         super().__init__(normalise(path), None if read_only else OwnerLock(path), limits)
         self.read_only = read_only
         self.max_page_count = max_page_count
+        if not busy_timeout >= 0:
+            raise ValueError("busy_timeout must be >= 0")
+        #: How long a statement waits for a lock held by another connection, in ms.
+        self.busy_timeout_ms = round(busy_timeout * 1000)
 
     def _conn(self) -> sqlite3.Connection:
         db: sqlite3.Connection = super()._conn()
@@ -123,7 +128,9 @@ class SQLiteStore(SqlStore):
             return
         self._take_ownership()
         try:
-            db = sqlite3.connect(self.path, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+            db = sqlite3.connect(
+                self.path, isolation_level=None, timeout=self.busy_timeout_ms / 1000
+            )
             self._db = db
             self._lock_created_file()
             tables = self._table_names()
@@ -134,7 +141,7 @@ class SQLiteStore(SqlStore):
             db.execute("PRAGMA synchronous=FULL")
             db.execute(f"PRAGMA wal_autocheckpoint={WAL_AUTOCHECKPOINT_PAGES}")
             db.execute(f"PRAGMA journal_size_limit={JOURNAL_SIZE_LIMIT}")
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             if self.max_page_count is not None:
                 db.execute(f"PRAGMA max_page_count={int(self.max_page_count)}")
             self.ensure_schema(now)
@@ -146,11 +153,12 @@ class SQLiteStore(SqlStore):
         if not self.path.exists():
             raise TransientError(f"{self.path} does not exist (yet): the owner creates it")
         uri = f"{self.path.as_uri()}?mode=ro"
-        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=BUSY_TIMEOUT_MS / 1000)
+        timeout = self.busy_timeout_ms / 1000
+        db = sqlite3.connect(uri, uri=True, isolation_level=None, timeout=timeout)
         self._db = db
         try:
             db.execute("PRAGMA query_only=ON")
-            db.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+            db.execute(f"PRAGMA busy_timeout={self.busy_timeout_ms}")
             self.check_schema()
         except BaseException:
             self.close_sync()
@@ -203,30 +211,41 @@ class SQLiteStore(SqlStore):
         return classify(exc) if isinstance(exc, sqlite3.Error) else None
 
 
-class SQLiteBackend(ThreadedBackend):
-    """The SQLite backend; ``read_only`` makes a follower of another process's file."""
+#: What the SQLite backend offers.
+SQLITE_CAPABILITIES = BackendCapabilities(
+    backend_name="sqlite",
+    schema_version=SCHEMA_VERSION,
+    shared_read=True,
+    single_owner=True,
+    atomic_commit=True,
+)
+
+
+class SQLiteBackend(SqlBackend):
+    """The synchronous SQLite backend; ``read_only`` makes a follower of another owner's file.
+
+    Wrap it in `persistence.backend.ThreadedBackend` to await it from an event loop.
+    """
 
     def __init__(
         self,
         path: str | Path,
         *,
+        limits: Limits | None = None,
+        busy_timeout: float = BUSY_TIMEOUT_MS / 1000,
         read_only: bool = False,
         max_page_count: int | None = None,
-        limits: Limits | None = None,
         wall: Callable[[], float] = time.time,
-        **options: Any,
     ) -> None:
-        """Nothing is opened here; ``limits`` bound what a read builds (default `Limits()`)."""
-        self.path = normalise(path)
-        super().__init__(
-            SQLiteStore(path, read_only=read_only, max_page_count=max_page_count, limits=limits),
-            BackendCapabilities(
-                backend_name="sqlite",
-                schema_version=SCHEMA_VERSION,
-                shared_read=True,
-                single_owner=True,
-                atomic_commit=True,
-            ),
-            wall=wall,
-            **options,
+        """Nothing is opened here; ``limits`` bound what a read builds (default `Limits()`).
+
+        ``busy_timeout``: seconds a statement waits for a lock of another connection.
+        """
+        store = SQLiteStore(
+            path,
+            read_only=read_only,
+            max_page_count=max_page_count,
+            limits=limits,
+            busy_timeout=busy_timeout,
         )
+        super().__init__(store, SQLITE_CAPABILITIES, wall=wall)

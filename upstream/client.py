@@ -174,8 +174,8 @@ class Client(ClientClosing):
         self._aggregator.on_status = self._on_status
         self._aggregator.prepare_snapshots = config.prepare_queries
         #: The state file (`ClientConfig.state`): open, recover, commit, close; None: memory.
-        self.keeping = (
-            None if config.state is None else StateKeeping(config.state, _clock.wall, config.limits)
+        self.keeping = StateKeeping.configured(
+            config.state, config.backend, _clock.wall, config.limits
         )
         #: Committed snapshots to the host and the state file; the bounded final commit.
         self.delivery = Delivery(
@@ -393,7 +393,7 @@ class Client(ClientClosing):
         self._check_home()
         if self.state in (ClientState.CLOSING, ClientState.CLOSED):
             raise RuntimeError("the client is closing")
-        if config.state != self.config.state:
+        if config.state != self.config.state or config.backend is not self.config.backend:
             raise ValueError("state: the state file cannot change while the client runs")
         # Build and prepare first: a source that cannot be made or prepared (e.g. an
         # unreadable CA file) raises here, before anything changed, so a refused
@@ -418,6 +418,7 @@ class Client(ClientClosing):
         self.slurm.poll_interval = config.poll_interval
         self.slurm.set_paths(config.slurm)
         self._aggregator.reconfigure(groups_of(config, self._sources))
+        await self.delivery.reconfigured(config.revision, current=self.get_snapshot)
         log.info("configuration revision %d applied", config.revision)
         return config.revision
 

@@ -14,6 +14,7 @@ from typing import Any
 
 from persistence.limits import Limits
 from persistence.location import StateLocation
+from persistence.protocol import PersistenceBackend
 from snapshot.kinds import PayloadKind
 from upstream.file_source import FileSource
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
@@ -106,7 +107,14 @@ class ClientConfig:
     flush_timeout: float = 30.0
     #: What a read of the state file may build (sources, supports, bytes); None: `Limits()`.
     #: A changed value (`Client.apply_config`) applies from the backend's next transaction.
+    #: Only for the backend the client builds from ``state``: an injected ``backend`` keeps
+    #: its own limits (it may be stricter), the client never overrides them.
     limits: Limits | None = None
+    #: A host-injected backend instead of ``state`` (not both): any synchronous
+    #: `persistence.PersistenceBackend`, unopened. The client opens, reads, commits and closes
+    #: it on its own worker thread, exactly as a backend it built (an instance serves one
+    #: client life: a closed backend cannot be opened again); None: ``state`` decides.
+    backend: PersistenceBackend | None = None
     #: Build the query structures (origin index, ASPA index) of every snapshot in the build
     #: thread, before it is published (0.4 s and about 75 MB on the global table); False for
     #: a host that seldom queries (queries then search the packed keys, writing nothing).
@@ -131,6 +139,14 @@ class ClientConfig:
                 raise ValueError(f"sources[{i}].url: {exc}") from None
         if not self.required:
             raise ValueError("required: name at least one payload kind")
+        if self.backend is not None:
+            if self.state is not None:
+                raise ValueError("state and backend: give one (a location or a backend), not both")
+            if not isinstance(self.backend, PersistenceBackend):
+                raise ValueError(
+                    f"backend: {type(self.backend).__name__} is no PersistenceBackend "
+                    "(capabilities, open, read_state, commit, close)"
+                )
         if not self.flush_timeout > 0:
             raise ValueError("flush_timeout must be positive")
         for i, path in enumerate(self.slurm):

@@ -198,6 +198,27 @@ class Delivery:
                 self._offers = anyio.Event()
             await self._offers.wait()
 
+    async def reconfigured(
+        self, revision: int, *, current: Callable[[], ClientSnapshot | None]
+    ) -> None:
+        """A configuration change was applied; store it even while no source has data (P-57).
+
+        With a snapshot published (``current()``, or a recovered one about to be built) the
+        next build commits the new revision with its payload, as always. Without, nothing would be
+        committed until some source has data: the data-less state of the new configuration
+        goes to the state file alone (the host is not handed an empty table: routers keep
+        getting No Data Available).
+        """
+        keeping = self.keeping
+        if keeping is None or keeping.persister is None:
+            return
+        recovery = keeping.recovery
+        if recovery is not None and recovery.snapshot is not None:
+            return  # seeded data: the next build carries the new revision with it
+        await keeping.offer_without_data(
+            revision, self.keeper, self.configured(), unless=lambda: current() is not None
+        )
+
     def _served_serial(self) -> int | None:
         """The serial the host serves now (None: nothing was served)."""
         if self.publish is None:

@@ -1,4 +1,9 @@
-"""`StateKeeping`: the client's own state file (`ClientConfig.state`): open, recover, commit, close.
+"""`StateKeeping`: the client's state (`ClientConfig.state` or ``backend``): open, recover, commit.
+
+The backend is the one the client builds from its `StateLocation` (it gets the configured
+`Limits`, and a changed value from its next transaction on, P-08) or one the host injected
+(any synchronous `PersistenceBackend`: it keeps its own limits, never overridden); either runs
+in a `ThreadedBackend`, on the client's own worker thread.
 
 `Client.__aenter__` runs `open` in this order: owner lock and schema check
 (`ThreadedBackend.open`; a refusal ends the start with the file untouched and the store closed),
@@ -26,10 +31,12 @@ from persistence.errors import DamagedStateError
 from persistence.limits import Limits
 from persistence.location import StateLocation
 from persistence.persister import Persister
+from persistence.protocol import PersistenceBackend
 from persistence.state import StateHeader, StateId
 from snapshot.slurm import SlurmPolicy
-from upstream.closing import Handover, Publication, close_store
+from upstream.closing import Handover, Offered, Publication, close_store
 from upstream.events import ClientSnapshot
+from upstream.merge import SourceInput
 from upstream.recovery import (
     Placeholder,
     RecoveryPlan,
@@ -92,10 +99,22 @@ class StateKeeping:
     """The backend, persister and state ids of one client's state file."""
 
     def __init__(
-        self, location: StateLocation, wall: Callable[[], float], limits: Limits | None = None
+        self,
+        location: StateLocation | None,
+        wall: Callable[[], float],
+        limits: Limits | None = None,
+        *,
+        injected: PersistenceBackend | None = None,
     ) -> None:
-        """Hold no store yet (`open` opens one, bounded by ``limits``)."""
+        """Hold no store yet; exactly one of ``location`` and ``injected`` is given.
+
+        `open` builds a backend at ``location`` (bounded by ``limits``) or opens the host's
+        ``injected`` one (its own limits stay).
+        """
+        if (location is None) == (injected is None):
+            raise ValueError("give a state location or an injected backend (exactly one)")
         self.location = location
+        self.injected = injected
         self.wall = wall
         self.limits = limits
         #: The persistence backend (owned: closed by `close`); None before `open`.
@@ -113,6 +132,21 @@ class StateKeeping:
         self.handover: Handover[ClientSnapshot] = Handover()
         self._epoch = 0
         self._generation = 0
+        #: Offers take their generation and reach the persister in one order (`offer`).
+        self._offering: anyio.Lock | None = None
+
+    @classmethod
+    def configured(
+        cls,
+        location: StateLocation | None,
+        injected: PersistenceBackend | None,
+        wall: Callable[[], float],
+        limits: Limits | None,
+    ) -> StateKeeping | None:
+        """The keeping of a client configured with ``location`` or ``injected`` (None: memory)."""
+        if location is None and injected is None:
+            return None
+        return cls(location, wall, limits, injected=injected)
 
     async def open(self, client: Seedable, monotonic: Callable[[], float]) -> None:
         """Open the store (lock, schema), read and check it, seed ``client``.
@@ -120,8 +154,12 @@ class StateKeeping:
         On any failure the store is closed again before the error propagates (the file is
         left as it was); a refusal (another owner, an unknown schema) raises here.
         """
-        location = self.location
-        backend = self.backend = location.make_backend(wall=self.wall, limits=self.limits)
+        if self.injected is not None:
+            backend = self.backend = ThreadedBackend(self.injected)
+        else:
+            assert self.location is not None
+            backend = self.location.make_backend(wall=self.wall, limits=self.limits)
+            self.backend = backend
         try:
             await backend.open()
             await self._recover(backend, client, monotonic)
@@ -132,7 +170,7 @@ class StateKeeping:
     async def _recover(
         self, backend: ThreadedBackend, client: Seedable, monotonic: Callable[[], float]
     ) -> None:
-        location = self.location
+        location = self.where
         started = monotonic()
         damaged = None
         try:
@@ -189,9 +227,8 @@ class StateKeeping:
                     monotonic() - started,
                     plan.snapshot.vrp_count,
                 )
-        self.persister = Persister(
-            backend, path=str(location.path), persisted=persisted, wall=self.wall
-        )
+        path = "" if self.location is None else str(self.location.path)
+        self.persister = Persister(backend, path=path, persisted=persisted, wall=self.wall)
 
     async def offer(
         self,
@@ -204,6 +241,72 @@ class StateKeeping:
 
         The ``configured`` sources without a payload in it are stored as placeholders.
         """
+        async with self._lock():
+            state_id = await self._offer(
+                config_revision=current.config_revision,
+                serial=published.serial,
+                session_ids=published.session_ids,
+                keeper=keeper,
+                inputs=current.inputs,
+                evaluated_at=current.evaluated_at,
+                configured=configured,
+            )
+            assert self.persister is not None
+            self.handover.note(current, state_id, published, self.persister.persisted)
+
+    async def offer_without_data(
+        self,
+        config_revision: int,
+        keeper: Keeper,
+        configured: Sequence[Placeholder],
+        *,
+        unless: Callable[[], bool],
+    ) -> StateId | None:
+        """Offer the data-less state of configuration ``config_revision`` (P-57).
+
+        Every ``configured`` source (taken with the revision: never another configuration's)
+        is a placeholder: a configuration change is stored (its
+        revision, the sources it removed gone, the ones it added present) also while no
+        source has data. Nothing is handed to the host for it and nothing is noted as
+        served; the next snapshot with data follows under a later id. Skipped (None) when
+        ``unless()`` holds once it is this offer's turn: a snapshot with data was published
+        meanwhile, and no data-less state may follow it.
+        """
+        async with self._lock():
+            if unless():
+                return None
+            state_id = await self._offer(
+                config_revision=config_revision,
+                serial=0,
+                session_ids=(0, 0, 0),
+                keeper=keeper,
+                inputs=(),
+                evaluated_at=keeper.now(),
+                configured=configured,
+            )
+            # The close waits for it as for any offer (it was served as nothing: serial 0).
+            offer = Offered(state_id, serial=0, vrps=0)
+            self.handover.last = offer
+            self.handover.offers[state_id] = offer
+            return state_id
+
+    def _lock(self) -> anyio.Lock:
+        if self._offering is None:
+            self._offering = anyio.Lock()
+        return self._offering
+
+    async def _offer(
+        self,
+        *,
+        config_revision: int,
+        serial: int,
+        session_ids: tuple[int, int, int],
+        keeper: Keeper,
+        inputs: Sequence[SourceInput],
+        evaluated_at: float,
+        configured: Sequence[Placeholder],
+    ) -> StateId:
+        """Build the next state under the next id (off the loop) and offer it; its id."""
         assert self.persister is not None
         assert self.backend is not None
         self._generation += 1
@@ -214,14 +317,14 @@ class StateKeeping:
                 build_state,
                 store_id=self.backend.store_id or "",
                 state_id=state_id,
-                config_revision=current.config_revision,
-                serial=published.serial,
-                session_ids=published.session_ids,
+                config_revision=config_revision,
+                serial=serial,
+                session_ids=session_ids,
                 published_wall=keeper.now(),
                 package_version=PACKAGE_VERSION,
-                inputs=current.inputs,
-                observed_wall=max(keeper.now(), current.evaluated_at),
-                evaluated_wall=current.evaluated_at,
+                inputs=inputs,
+                observed_wall=max(keeper.now(), evaluated_at),
+                evaluated_wall=evaluated_at,
                 recovered_from=(
                     None if self.recovered_header is None else self.recovered_header.state_id
                 ),
@@ -231,13 +334,39 @@ class StateKeeping:
             )
         )
         self.persister.offer(state)
-        self.handover.note(current, state_id, published, self.persister.persisted)
+        return state_id
+
+    @property
+    def where(self) -> str:
+        """The state as the log names it: its location, or the injected backend's name."""
+        if self.location is not None:
+            return str(self.location)
+        assert self.injected is not None
+        return f"{self.injected.capabilities.backend_name} (host-injected backend)"
 
     async def set_limits(self, limits: Limits | None) -> None:
-        """New bounds for the store's reads, from its next transaction on (P-08)."""
+        """New bounds for the store's reads, from its next transaction on (P-08, P-58).
+
+        Only a backend the client built gets them: an injected one keeps its own. Lowered
+        bounds are refused (`ValueError`, the old ones stay) while the commit running now or
+        an unconfirmed one is over them (`Persister.check_limits`): checked before they are
+        queued, and again once the backend took them (a commit that started in between),
+        when the old ones are put back.
+        """
+        backend, persister = self.backend, self.persister
+        if self.injected is not None or backend is None or not backend.is_open:
+            self.limits = limits
+            return
+        new = Limits() if limits is None else limits
+        old = backend.limits
+        if persister is not None and (reason := persister.check_limits(new)) is not None:
+            raise ValueError(f"limits: refused, {reason}; the old limits stay")
+        await backend.set_limits(new)
+        if persister is not None and (reason := persister.check_limits(new)) is not None:
+            if old is not None:
+                await backend.set_limits(old)
+            raise ValueError(f"limits: refused, {reason}; the old limits stay")
         self.limits = limits
-        if self.backend is not None and self.backend.is_open:
-            await self.backend.set_limits(Limits() if limits is None else limits)
 
     async def close(self, wait: float | None = None) -> None:
         """Close the store; a failed close is kept and the next call retries it.

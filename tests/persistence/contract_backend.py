@@ -15,7 +15,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from persistence.backend import PersistenceBackend
+from persistence.backend import AsyncPersistenceBackend, ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.sqlite_backend import SQLiteBackend
 from tests.clock import FakeClock
@@ -24,7 +24,7 @@ from tests.persistence.helpers import START
 __all__ = ["DUCKDB", "SQLITE", "ContractBackend", "load"]
 
 #: Builds an unopened owner backend on a path with a wall clock (Unix seconds).
-Factory = Callable[[Path, Callable[[], float]], PersistenceBackend]
+Factory = Callable[[Path, Callable[[], float]], AsyncPersistenceBackend]
 
 
 @dataclass(frozen=True)
@@ -39,14 +39,14 @@ class ContractBackend:
     #: ``"module:NAME"`` where this description can be imported from (by a subprocess).
     ref: str
 
-    def build(self, path: Path, clock: FakeClock | None = None) -> PersistenceBackend:
+    def build(self, path: Path, clock: FakeClock | None = None) -> AsyncPersistenceBackend:
         """An unopened backend on ``path``; its wall clock is ``clock`` (default: at `START`)."""
         return self.make(path, (clock or FakeClock(wall=START)).wall)
 
     @asynccontextmanager
     async def opened(
         self, path: Path, clock: FakeClock | None = None
-    ) -> AsyncIterator[PersistenceBackend]:
+    ) -> AsyncIterator[AsyncPersistenceBackend]:
         """An open backend, closed (and checked closed in time) on exit."""
         backend = self.build(path, clock)
         await backend.open()
@@ -66,13 +66,13 @@ def load(ref: str) -> ContractBackend:
 
 SQLITE = ContractBackend(
     name="sqlite",
-    make=lambda path, wall: SQLiteBackend(path, wall=wall),
+    make=lambda path, wall: ThreadedBackend(SQLiteBackend(path, wall=wall)),
     shared_read=True,
     ref="tests.persistence.contract_backend:SQLITE",
 )
 DUCKDB = ContractBackend(
     name="duckdb",
-    make=lambda path, wall: DuckDBBackend(path, wall=wall),
+    make=lambda path, wall: ThreadedBackend(DuckDBBackend(path, wall=wall)),
     shared_read=False,
     ref="tests.persistence.contract_backend:DUCKDB",
 )

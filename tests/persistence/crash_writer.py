@@ -34,7 +34,9 @@ def parse_id(text: str) -> StateId | None:
 async def run(args: argparse.Namespace, epoch: int, expected: StateId | None) -> None:
     """Open, then commit generation after generation with CAS on the previous one."""
     backend: ThreadedBackend = (
-        SQLiteBackend(args.path) if args.backend == "sqlite" else DuckDBBackend(args.path)
+        ThreadedBackend(SQLiteBackend(args.path))
+        if args.backend == "sqlite"
+        else ThreadedBackend(DuckDBBackend(args.path))
     )
     await backend.open()
     try:

@@ -12,6 +12,7 @@ import anyio
 
 from persistence.backend import ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
+from persistence.sql_backend import SqlBackend
 from persistence.sqlite_backend import SQLiteBackend
 from tests.clock import FakeClock
 from tests.persistence.states import T0, US
@@ -33,8 +34,15 @@ def make(kind: str, path: Path, clock: FakeClock | None = None, **options: Any) 
     """An unopened owner backend of ``kind`` on ``path``."""
     wall = (clock or FakeClock(wall=START)).wall
     if kind == "sqlite":
-        return SQLiteBackend(path, wall=wall, **options)
-    return DuckDBBackend(path, wall=wall, **options)
+        return ThreadedBackend(SQLiteBackend(path, wall=wall, **options))
+    return ThreadedBackend(DuckDBBackend(path, wall=wall, **options))
+
+
+def sql_store(backend: ThreadedBackend) -> Any:
+    """The `SqlStore` inside one of our SQL backends' adapter (for tests that reach in)."""
+    inner = backend.inner
+    assert isinstance(inner, SqlBackend)
+    return inner.store
 
 
 @asynccontextmanager

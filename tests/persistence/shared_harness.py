@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 
+from persistence.backend import ThreadedBackend
 from persistence.shared import (
     SharedEvent,
     SharedReaderConfig,
@@ -43,9 +44,9 @@ async def eventually(predicate: Callable[[], bool]) -> None:
 
 
 @asynccontextmanager
-async def owner(path: Path) -> AsyncIterator[SQLiteBackend]:
+async def owner(path: Path) -> AsyncIterator[ThreadedBackend]:
     """An open owner backend on ``path`` (real wall clock)."""
-    backend = SQLiteBackend(path)
+    backend = ThreadedBackend(SQLiteBackend(path))
     await backend.open()
     try:
         yield backend

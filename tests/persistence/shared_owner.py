@@ -12,6 +12,7 @@ import time
 
 import anyio
 
+from persistence.backend import ThreadedBackend
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateId
 from tests.persistence.shared_states import state
@@ -19,7 +20,7 @@ from tests.persistence.shared_states import state
 
 async def main(path: str) -> None:
     """Own ``path`` and commit as told on stdin."""
-    backend = SQLiteBackend(path)
+    backend = ThreadedBackend(SQLiteBackend(path))
     await backend.open()
     try:
         assert backend.store_id is not None

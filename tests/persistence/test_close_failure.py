@@ -10,7 +10,8 @@ import pytest
 
 from persistence.backend import ThreadedBackend
 from persistence.errors import BackendClosedError, OwnerLockedError, PersistenceError
-from persistence.sqlite_backend import SQLiteBackend, SQLiteStore
+from persistence.sql_backend import SqlBackend
+from persistence.sqlite_backend import SQLITE_CAPABILITIES, SQLiteBackend, SQLiteStore
 from persistence.state import StateId
 from tests.persistence.helpers import opened
 from tests.persistence.states import assert_same_state, make_state
@@ -33,7 +34,7 @@ class FailingCloseStore(SQLiteStore):
 
 
 def backend_on(store: SQLiteStore) -> ThreadedBackend:
-    return ThreadedBackend(store, SQLiteBackend(store.path).capabilities)
+    return ThreadedBackend(SqlBackend(store, SQLITE_CAPABILITIES))
 
 
 async def test_a_failing_close_is_returned_keeps_the_store_and_is_retried(tmp_path: Path) -> None:
@@ -53,7 +54,7 @@ async def test_a_failing_close_is_returned_keeps_the_store_and_is_retried(tmp_pa
         assert store._db is not None
         assert backend._worker.alive
         with pytest.raises(OwnerLockedError):
-            await SQLiteBackend(path).open()
+            await ThreadedBackend(SQLiteBackend(path)).open()
         # ... and the backend is closing: no calls, no reopening.
         with pytest.raises(BackendClosedError):
             await backend.read_header()

@@ -16,7 +16,7 @@ from persistence.backend import ThreadedBackend
 from persistence.errors import CallInterruptedError, OwnerLockedError
 from persistence.lock import OwnerLock
 from persistence.state import PersistedState, StateId
-from tests.persistence.helpers import KINDS, make, raw
+from tests.persistence.helpers import KINDS, make, raw, sql_store
 from tests.persistence.states import assert_same_state, crash_state, make_state
 
 pytestmark = pytest.mark.anyio
@@ -30,7 +30,7 @@ END"""
 
 async def in_commit(backend: ThreadedBackend, settle: float) -> None:
     """Wait until ``backend`` runs a commit on its worker thread, then ``settle`` s more."""
-    store: Any = backend._store
+    store: Any = sql_store(backend)
     with anyio.fail_after(TIMEOUT):
         while True:  # the worker thread sets it: no event to wait on
             if store.running == "commit_sync":

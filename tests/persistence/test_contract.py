@@ -19,7 +19,12 @@ from typing import Any
 import anyio
 import pytest
 
-from persistence.backend import BackendCapabilities, PersistenceBackend
+from persistence.backend import (
+    AsyncPersistenceBackend,
+    BackendCapabilities,
+    PersistenceBackend,
+    ThreadedBackend,
+)
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.errors import (
     BackendClosedError,
@@ -41,7 +46,17 @@ from persistence.state import (
 )
 from tests.clock import FakeClock
 from tests.persistence.contract_backend import DUCKDB, SQLITE, ContractBackend
-from tests.persistence.helpers import KINDS, ROOT, START, listing, make, opened, raw, wall_us
+from tests.persistence.helpers import (
+    KINDS,
+    ROOT,
+    START,
+    listing,
+    make,
+    opened,
+    raw,
+    sql_store,
+    wall_us,
+)
 from tests.persistence.states import (
     US,
     assert_same_state,
@@ -111,7 +126,9 @@ async def committed(kind: str, path: Path, clock: FakeClock | None = None) -> St
 
 async def test_capabilities(contract_backend: ContractBackend, path: Path) -> None:
     backend = contract_backend.build(path)
-    assert isinstance(backend, PersistenceBackend)
+    assert isinstance(backend, AsyncPersistenceBackend)
+    if isinstance(backend, ThreadedBackend):  # the adapter of a synchronous backend (P-03)
+        assert isinstance(backend.inner, PersistenceBackend)
     caps = backend.capabilities
     assert isinstance(caps, BackendCapabilities)
     assert caps.backend_name == contract_backend.name
@@ -410,7 +427,7 @@ async def test_error_mid_write_rolls_back(
         old = make_state(backend.store_id, StateId(1, 1))
         await backend.commit(old, None)
         new = crash_state(backend.store_id, StateId(1, 2), 12_000)
-        store: Any = backend._store
+        store: Any = sql_store(backend)
         insert = store._insert
         calls: list[str] = []
 
@@ -922,7 +939,7 @@ async def test_all_calls_run_on_one_worker_thread(
     kind: str, path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = make(kind, path)
-    store: Any = backend._store
+    store: Any = sql_store(backend)
     seen: list[tuple[str, int]] = []
     for name in (
         "open_sync",
@@ -968,7 +985,9 @@ async def test_missing_duckdb_extra_fails_at_open(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "duckdb", None)  # makes `import duckdb` fail
-    backend = DuckDBBackend(tmp_path / "state.duckdb")  # constructing needs no duckdb
+    backend = ThreadedBackend(
+        DuckDBBackend(tmp_path / "state.duckdb")
+    )  # constructing needs no duckdb
     with pytest.raises(MissingExtraError, match="duckdb") as caught:
         await backend.open()
     assert not caught.value.retryable

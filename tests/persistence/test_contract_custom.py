@@ -1,9 +1,11 @@
 """The backend contract suite run the way a custom backend author runs it (P-04).
 
 `tests.persistence.contract_suite` star-imported, one ``contract_backend`` fixture: the backend
-here is not one of ours but a separate class that implements the `PersistenceBackend` protocol
-by delegating to an SQLite owner under its own name, so the suite can only pass through the
-protocol (no `ThreadedBackend` internals, no SQL).
+here is not one of ours but a separate class that implements the synchronous
+`PersistenceBackend` protocol (and the store id) by delegating to an SQLite owner under its own
+name, run in the `ThreadedBackend` adapter the client uses for any backend. It offers none of
+the adapter's optional extensions, so the suite can only pass through the protocol (headers
+derived from the receipts a read returns, no SQL).
 """
 
 from __future__ import annotations
@@ -14,15 +16,15 @@ from pathlib import Path
 
 import pytest
 
-from persistence.backend import BackendCapabilities
+from persistence.backend import BackendCapabilities, ThreadedBackend
 from persistence.sqlite_backend import SQLiteBackend
-from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
+from persistence.state import PersistedState, PersistReceipt, StateId
 from tests.persistence.contract_backend import ContractBackend
 from tests.persistence.contract_suite import *  # noqa: F403 - the suite's tests
 
 
 class DelegatingBackend:
-    """A `PersistenceBackend` of its own name that keeps its state in an SQLite owner."""
+    """A synchronous `PersistenceBackend` of its own name that keeps its state in SQLite."""
 
     def __init__(self, path: Path, *, wall: Callable[[], float]) -> None:
         """Nothing is opened here."""
@@ -38,30 +40,26 @@ class DelegatingBackend:
         """The inner store's id."""
         return self._inner.store_id
 
-    async def open(self) -> None:
+    def open(self) -> None:
         """Open the inner owner."""
-        await self._inner.open()
+        self._inner.open()
 
-    async def read_header(self) -> StateHeader | None:
-        """The inner header."""
-        return await self._inner.read_header()
+    def read_state(self) -> PersistedState | None:
+        """The inner state, with its receipt."""
+        return self._inner.read_state()
 
-    async def read_state(self) -> tuple[StateHeader, PersistedState] | None:
-        """The inner state."""
-        return await self._inner.read_state()
-
-    async def commit(self, state: PersistedState, expected: StateId | None) -> PersistReceipt:
+    def commit(self, state: PersistedState, *, expected: StateId | None) -> PersistReceipt:
         """Commit into the inner owner."""
-        return await self._inner.commit(state, expected)
+        return self._inner.commit(state, expected=expected)
 
-    async def close(self) -> bool:
+    def close(self) -> None:
         """Close the inner owner."""
-        return await self._inner.close()
+        self._inner.close()
 
 
 DELEGATING = ContractBackend(
     name="delegating",
-    make=lambda path, wall: DelegatingBackend(path, wall=wall),
+    make=lambda path, wall: ThreadedBackend(DelegatingBackend(path, wall=wall)),
     shared_read=False,
     ref="tests.persistence.test_contract_custom:DELEGATING",
 )

@@ -16,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from persistence.backend import ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     DamagedStateError,
@@ -155,7 +156,7 @@ async def test_an_out_of_range_header_is_damaged(
         await backend.open()  # the owner refuses a damaged header at open (P-51)
     assert await backend.close()
     if kind == "sqlite":
-        reader = SQLiteBackend(path, read_only=True)
+        reader = ThreadedBackend(SQLiteBackend(path, read_only=True))
         await reader.open()
         try:
             with pytest.raises(DamagedStateError, match="out of range"):
@@ -252,7 +253,7 @@ async def test_payload_rows_without_a_header_are_damaged(
         await backend.open()
     assert await backend.close()
     if kind == "sqlite":
-        reader = SQLiteBackend(path, read_only=True)
+        reader = ThreadedBackend(SQLiteBackend(path, read_only=True))
         await reader.open()
         try:
             with pytest.raises(DamagedStateError, match="no header"):

@@ -57,7 +57,11 @@ def cycles(backend: str) -> int:
 
 def make_backend(kind: str, path: Path) -> ThreadedBackend:
     """A fresh owner backend of ``kind``."""
-    return SQLiteBackend(path) if kind == "sqlite" else DuckDBBackend(path)
+    return (
+        ThreadedBackend(SQLiteBackend(path))
+        if kind == "sqlite"
+        else ThreadedBackend(DuckDBBackend(path))
+    )
 
 
 class Lines:

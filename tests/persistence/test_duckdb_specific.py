@@ -7,17 +7,19 @@ from typing import Any
 
 import pytest
 
+from persistence.backend import ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.location import StateLocation
+from tests.persistence.helpers import sql_store
 
 pytestmark = pytest.mark.anyio
 
 
 async def test_connection_settings(tmp_path: Path) -> None:
-    backend = DuckDBBackend(tmp_path / "state.duckdb")
+    backend = ThreadedBackend(DuckDBBackend(tmp_path / "state.duckdb"))
     await backend.open()
     try:
-        store: Any = backend._store
+        store: Any = sql_store(backend)
 
         def settings() -> Any:
             return (

@@ -15,6 +15,7 @@ import duckdb
 import pytest
 
 from persistence import duckdb_backend, sqlite_backend
+from persistence.backend import ThreadedBackend
 from persistence.errors import (
     CorruptStateError,
     PersistenceError,
@@ -22,7 +23,7 @@ from persistence.errors import (
 )
 from persistence.sqlite_backend import SQLiteBackend, SQLiteStore
 from persistence.state import StateId
-from tests.persistence.helpers import make, opened, raw
+from tests.persistence.helpers import make, opened, raw, sql_store
 from tests.persistence.states import crash_state, make_state
 
 pytestmark = pytest.mark.anyio
@@ -207,7 +208,7 @@ async def test_sqlite_damaged_pages_are_corrupt(tmp_path: Path) -> None:
         await owner.open()  # the owner's integrity check refuses the file (P-51)
     assert await owner.close()
     # A read-only follower runs no integrity check: its read meets the damaged pages.
-    backend = SQLiteBackend(path, read_only=True)
+    backend = ThreadedBackend(SQLiteBackend(path, read_only=True))
     await backend.open()
     try:
         assert await backend.read_header() is not None  # the header page is intact
@@ -240,7 +241,7 @@ async def test_sqlite_follower_write_is_permanent(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     async with opened("sqlite", path) as owner:
         assert owner.store_id is not None
-        follower = SQLiteBackend(path, read_only=True)
+        follower = ThreadedBackend(SQLiteBackend(path, read_only=True))
         await follower.open()
         try:
             with pytest.raises(PersistenceError) as caught:
@@ -255,7 +256,7 @@ async def test_sqlite_follower_write_is_permanent(tmp_path: Path) -> None:
 
 
 async def test_sqlite_disk_full_is_transient(tmp_path: Path) -> None:
-    backend = SQLiteBackend(tmp_path / "state.db", max_page_count=48)
+    backend = ThreadedBackend(SQLiteBackend(tmp_path / "state.db", max_page_count=48))
     await backend.open()
     try:
         assert backend.store_id is not None
@@ -290,7 +291,7 @@ async def test_duckdb_not_a_database_is_permanent_not_corrupt(tmp_path: Path) ->
 
 async def test_duckdb_closed_connection_is_permanent(tmp_path: Path) -> None:
     async with opened("duckdb", tmp_path / "state.duckdb") as backend:
-        store: Any = backend._store
+        store: Any = sql_store(backend)
         await backend._worker.run(store._conn().close)  # the connection is gone underneath
         with pytest.raises(PersistenceError) as caught:
             await backend.read_header()

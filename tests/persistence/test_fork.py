@@ -13,7 +13,7 @@ import pytest
 
 from persistence.errors import ForkedProcessError, OwnerLockedError
 from persistence.state import StateId
-from tests.persistence.helpers import KINDS, make, opened
+from tests.persistence.helpers import KINDS, make, opened, sql_store
 from tests.persistence.states import make_state
 
 pytestmark = pytest.mark.anyio
@@ -63,7 +63,7 @@ def child(backend: Any, state: Any, lock_path: Path) -> int:
         return CLOSED_WRONGLY
     if not isinstance(backend.close_error, ForkedProcessError):
         return CLOSED_WRONGLY
-    if backend._store._db is None:  # the parent's connection must not be closed here
+    if sql_store(backend)._db is None:  # the parent's connection must not be closed here
         return CLOSED_WRONGLY
     if lock_is_free(lock_path):  # the close must not have unlocked the parent's lock
         return UNLOCKED

@@ -40,6 +40,8 @@ class Scripted:
         self.committed: list[StateId] = []
         self.header_reads = 0
         self.header_read = anyio.Event()
+        #: Awaited by a header read before it reads (None: no wait).
+        self.header_gate: anyio.Event | None = None
 
     @property
     def capabilities(self) -> BackendCapabilities:
@@ -57,6 +59,8 @@ class Scripted:
         self.header_read.set()
         if self.header_failures:
             raise self.header_failures.pop(0)
+        if self.header_gate is not None:
+            await self.header_gate.wait()
         return await self.real.read_header()
 
     async def read_state(self) -> None:
@@ -86,7 +90,7 @@ class Scripted:
 @asynccontextmanager
 async def persister_on(tmp_path: Path) -> AsyncIterator[tuple[Persister, Scripted, str]]:
     """A running persister on a scripted SQLite backend, and the store id."""
-    backend = SQLiteBackend(tmp_path / "state.db")
+    backend = ThreadedBackend(SQLiteBackend(tmp_path / "state.db"))
     await backend.open()
     scripted = Scripted(backend)
     persister = Persister(scripted, retry_initial=0.01, retry_max=0.05)

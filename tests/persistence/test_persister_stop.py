@@ -12,6 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from persistence.backend import ThreadedBackend
 from persistence.errors import REVOCATION_FAILED, CloseFailedError
 from persistence.persister import Persister, PersisterStoppedError
 from persistence.sqlite_backend import SQLiteBackend
@@ -73,7 +74,7 @@ async def test_stop_drops_the_waiting_state_refuses_offers_and_wakes_flush_at_on
 
 async def test_a_flush_still_waiting_when_run_ends_gets_a_stop_error(tmp_path: Path) -> None:
     """`run` cancelled at the close (its commit gated): the waiting flush raises at once."""
-    real = SQLiteBackend(tmp_path / "state.db")
+    real = ThreadedBackend(SQLiteBackend(tmp_path / "state.db"))
     await real.open()
     backend = Scripted(real)
     backend.gate = anyio.Event()

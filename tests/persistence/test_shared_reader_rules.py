@@ -20,6 +20,7 @@ from typing import Any
 import anyio
 import pytest
 
+from persistence.backend import ThreadedBackend
 from persistence.errors import PersistenceError
 from persistence.shared import (
     DEFAULT_CLOCK_TOLERANCE,
@@ -50,7 +51,7 @@ class Owner:
 
     def __init__(self, path: Path) -> None:
         self.wall = W
-        self.db = SQLiteBackend(path, wall=lambda: self.wall)
+        self.db = ThreadedBackend(SQLiteBackend(path, wall=lambda: self.wall))
         self.last: StateId | None = None
 
     async def commit(self, make: Callable[[str, StateId], PersistedState]) -> StateId:

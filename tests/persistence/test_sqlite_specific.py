@@ -9,18 +9,19 @@ from typing import Any
 import anyio
 import pytest
 
+from persistence.backend import ThreadedBackend
 from persistence.errors import PersistenceError, TransientError
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateHeader, StateId
-from tests.persistence.helpers import ROOT, listing, opened, raw
+from tests.persistence.helpers import ROOT, listing, opened, raw, sql_store
 from tests.persistence.states import assert_same_state, crash_state, make_state
 
 pytestmark = pytest.mark.anyio
 
 
-async def pragma(backend: SQLiteBackend, name: str) -> Any:
+async def pragma(backend: ThreadedBackend, name: str) -> Any:
     """A pragma's value on the backend's own connection (queried on its worker thread)."""
-    store: Any = backend._store
+    store: Any = sql_store(backend)
 
     def query() -> Any:
         return store._conn().execute(f"PRAGMA {name}").fetchone()[0]
@@ -30,7 +31,7 @@ async def pragma(backend: SQLiteBackend, name: str) -> Any:
 
 async def test_disk_full_fails_the_commit_and_keeps_the_previous_state(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    backend = SQLiteBackend(path, max_page_count=48)
+    backend = ThreadedBackend(SQLiteBackend(path, max_page_count=48))
     await backend.open()
     try:
         assert await pragma(backend, "max_page_count") == 48
@@ -61,7 +62,7 @@ async def test_disk_full_fails_the_commit_and_keeps_the_previous_state(tmp_path:
 
 async def test_wal_and_synchronous_full(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
-    backend = SQLiteBackend(path)
+    backend = ThreadedBackend(SQLiteBackend(path))
     await backend.open()
     try:
         assert await pragma(backend, "journal_mode") == "wal"
@@ -79,7 +80,7 @@ async def test_follower_sees_the_owners_commits_and_cannot_write(tmp_path: Path)
     path = tmp_path / "state.db"
     async with opened("sqlite", path) as owner:
         assert owner.store_id is not None
-        follower = SQLiteBackend(path, read_only=True)
+        follower = ThreadedBackend(SQLiteBackend(path, read_only=True))
         await follower.open()  # no owner lock: the owner holds it
         try:
             assert follower.capabilities.shared_read
@@ -110,7 +111,7 @@ async def test_follower_sees_the_owners_commits_and_cannot_write(tmp_path: Path)
 
 
 async def test_follower_of_a_missing_file_creates_nothing(tmp_path: Path) -> None:
-    follower = SQLiteBackend(tmp_path / "state.db", read_only=True)
+    follower = ThreadedBackend(SQLiteBackend(tmp_path / "state.db", read_only=True))
     with pytest.raises(TransientError):
         await follower.open()
     assert await follower.close()
@@ -131,7 +132,7 @@ async def test_follower_follows_an_owner_in_another_process(tmp_path: Path) -> N
             out = b""
             while b"begin" not in out:  # the owner has created the schema
                 out += await owner.stdout.receive()
-            follower = SQLiteBackend(path, read_only=True)
+            follower = ThreadedBackend(SQLiteBackend(path, read_only=True))
             await follower.open()
             try:
                 while StateId(1, 3) not in seen:

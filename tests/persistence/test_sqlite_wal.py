@@ -10,7 +10,7 @@ import pytest
 
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateId
-from tests.persistence.helpers import opened
+from tests.persistence.helpers import opened, sql_store
 from tests.persistence.states import crash_state
 
 pytestmark = pytest.mark.anyio
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.anyio
 
 async def pragma(backend: Any, name: str) -> Any:
     """A pragma's value on the backend's own (owner) connection, queried on its worker thread."""
-    store: Any = backend._store
+    store: Any = sql_store(backend)
 
     def query() -> Any:
         return store._conn().execute(f"PRAGMA {name}").fetchone()[0]
@@ -58,7 +58,7 @@ async def test_wal_grows_during_a_long_read_and_is_checkpointed_after_it(tmp_pat
     path = tmp_path / "state.db"
     vrps = 4_000
     async with opened("sqlite", path) as backend:
-        assert isinstance(backend, SQLiteBackend)
+        assert isinstance(backend.inner, SQLiteBackend)
         store_id = backend.store_id
         assert store_id is not None
         page_size = await pragma(backend, "page_size")

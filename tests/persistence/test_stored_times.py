@@ -18,6 +18,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from persistence.backend import ThreadedBackend
 from persistence.errors import CorruptStateError, UnsupportedSchemaError
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistedState, StateId, evaluated_digest
@@ -75,7 +76,7 @@ async def test_a_round_trip_keeps_the_observed_and_evaluated_times(kind: str, pa
         assert result is not None
         assert stored_times(result[1]) == stored_times(state)
     if kind == "sqlite":
-        reader = SQLiteBackend(path, read_only=True)
+        reader = ThreadedBackend(SQLiteBackend(path, read_only=True))
         await reader.open()
         try:
             result = await reader.read_state()
@@ -200,7 +201,7 @@ async def test_a_file_of_the_earlier_layout_is_refused_untouched(kind: str, path
 async def test_a_reader_refuses_a_file_of_the_earlier_layout(tmp_path: Path) -> None:
     path = tmp_path / "state.sqlite"
     data = await before_times("sqlite", path)
-    reader = SQLiteBackend(path, read_only=True)
+    reader = ThreadedBackend(SQLiteBackend(path, read_only=True))
     with pytest.raises(UnsupportedSchemaError, match="earlier rtr-serve layout"):
         await reader.open()
     assert await reader.close()

@@ -28,6 +28,7 @@ import pytest
 from anyio.abc import TaskStatus
 
 from persistence import sqlite_backend
+from persistence.backend import ThreadedBackend
 from persistence.location import StateLocation
 from persistence.sqlite_backend import SQLiteBackend, SQLiteStore
 from persistence.state import StateId
@@ -157,7 +158,7 @@ class WriteLock:
 
 async def stored_id(db: Path) -> StateId | None:
     """The id of the state the file holds (read by a new owner after the app ended)."""
-    backend = SQLiteBackend(db)
+    backend = ThreadedBackend(SQLiteBackend(db))
     await backend.open()
     try:
         header = await backend.read_header()
