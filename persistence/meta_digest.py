@@ -15,7 +15,8 @@ import json
 from dataclasses import replace
 
 from persistence.schema import SCHEMA_VERSION, VERSIONS_JSON
-from persistence.state import PersistedState, StateHeader, evaluated_digest
+from persistence.state import PersistedState, StateHeader
+from persistence.state_binary import evaluated_digest
 
 __all__ = ["canonical_digest", "meta_digest", "meta_values", "publication_digest", "sealed"]
 

@@ -16,7 +16,7 @@ import json
 from typing import Any
 
 from persistence.errors import CorruptStateError, DamagedStateError, UnsupportedSchemaError
-from persistence.meta_digest import meta_values
+from persistence.meta_digest import meta_digest, meta_values, publication_digest
 from persistence.rows import as_blob, as_int, as_text
 from persistence.schema import (
     PUBLICATION_COLUMNS,
@@ -33,10 +33,10 @@ from persistence.state import (
     StateHeader,
     StateId,
     UpstreamRef,
-    evaluated_digest,
     kinds_to_mask,
     mask_to_kinds,
 )
+from persistence.state_binary import evaluated_digest
 
 __all__ = [
     "checked_observed_at",
@@ -86,9 +86,9 @@ def read_header(conn: Any, store_id: str | None) -> StateHeader | None:
     except (TypeError, ValueError, KeyError) as exc:
         raise CorruptStateError(f"header: {exc}") from exc
     _check_header_ranges(header)
-    if header.computed_digest() != header.meta_digest:
+    if meta_digest(header) != header.meta_digest:
         raise CorruptStateError("header meta_digest mismatch")
-    if header.computed_publication_digest() != header.publication_digest:
+    if publication_digest(header) != header.publication_digest:
         raise CorruptStateError("header publication_digest mismatch")
     if header.schema_version != SCHEMA_VERSION or header.store_id != store_id:
         raise CorruptStateError("header schema version or store id disagrees with schema_info")

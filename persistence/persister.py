@@ -40,6 +40,7 @@ from anyio.abc import TaskStatus
 from persistence.backend import AsyncPersistenceBackend
 from persistence.budget import Budget, state_budget
 from persistence.errors import CommitConflictError, PersistenceError
+from persistence.exchange import state_digest
 from persistence.limits import Limits
 from persistence.state import PersistedState, PersistReceipt, StateHeader, StateId
 from snapshot.backoff import jittered_backoff
@@ -249,7 +250,7 @@ class Persister:
                 # The commit may have happened all the same: remember what it would have
                 # written (the digest costs a pass over the state, off the event loop); its
                 # budget stays reserved until the stored header settles it.
-                digest = await anyio.to_thread.run_sync(state.digest)
+                digest = await anyio.to_thread.run_sync(state_digest, state)
                 self._attempt = Attempt(state.state_id, state.config_revision, digest, budget)
                 self._status = replace(self._status, unconfirmed_id=str(state.state_id))
                 del state

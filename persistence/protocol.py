@@ -13,14 +13,14 @@ from dataclasses import dataclass, fields
 from typing import Protocol, runtime_checkable
 
 from persistence.errors import PersistenceError
+from persistence.exchange import state_digest
 from persistence.limits import Limits
+from persistence.meta_digest import sealed
 from persistence.state import (
     PersistedState,
     PersistReceipt,
     StateHeader,
     StateId,
-    evaluated_digest,
-    header_digest,
 )
 
 __all__ = [
@@ -167,37 +167,7 @@ def header_of(state: PersistedState) -> StateHeader:
     if (
         receipt.snapshot_id != state.state_id
         or receipt.config_revision != state.config_revision
-        or receipt.state_digest != state.digest()
+        or receipt.state_digest != state_digest(state)
     ):
         raise PersistenceError("the backend's read_state returned a receipt of another state")
-    evaluated = evaluated_digest(state.sources)
-    return StateHeader(
-        schema_version=receipt.schema_version,
-        store_id=state.store_id,
-        state_id=state.state_id,
-        config_revision=state.config_revision,
-        serial=state.serial,
-        session_ids=state.session_ids,
-        published_at=state.published_at,
-        written_at=receipt.committed_at,
-        state_digest=receipt.state_digest,
-        header_digest=header_digest(
-            receipt.schema_version,
-            state.store_id,
-            state.state_id,
-            state.config_revision,
-            state.serial,
-            state.session_ids,
-            state.published_at,
-            receipt.committed_at,
-            receipt.state_digest,
-            state.package_version,
-            observed_at=state.observed_at,
-            evaluated_digest=evaluated,
-            recovered_from=state.recovered_from,
-        ),
-        package_version=state.package_version,
-        observed_at=state.observed_at,
-        evaluated_digest=evaluated,
-        recovered_from=state.recovered_from,
-    )
+    return sealed(state, receipt.state_digest, receipt.committed_at)

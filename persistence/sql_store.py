@@ -24,9 +24,11 @@ from persistence.errors import (
     PersistenceError,
     TransientError,
 )
+from persistence.exchange import state_digest
 from persistence.interrupt import Interrupt
 from persistence.limits import CHECKS, LimitExceededError, Limits, TextOctets
 from persistence.lock import OwnerLock
+from persistence.meta_digest import sealed
 from persistence.meta_rows import (
     checked_observed_at,
     group_rows,
@@ -282,7 +284,7 @@ class SqlStore(StructureChecks):
             )
         except ValueError as exc:  # e.g. two sources of one name, groups that disagree
             raise DamagedStateError(f"sources: {exc}") from exc
-        if state.digest() != header.state_digest:
+        if state_digest(state, limits=self.limits) != header.state_digest:
             raise DamagedStateError("state digest mismatch: the rows are not what was committed")
         return header, state
 
@@ -332,7 +334,7 @@ class SqlStore(StructureChecks):
             raise CommitConflictError(
                 f"state of store {state.store_id} cannot go into store {self.store_id}"
             )
-        digest = state.digest()
+        digest = state_digest(state, limits=self.limits)
         self._begin(write=True)
         try:
             header = self._read_header()
@@ -372,7 +374,7 @@ class SqlStore(StructureChecks):
             ):
                 for batch in batches(rows):
                     self._insert(table, columns, batch)
-        header = StateHeader.of_commit(state, digest, written_at)
+        header = sealed(state, digest, written_at)
         self._insert("publication", PUBLICATION_COLUMNS, [publication_row(header)])
         self._insert("store_meta", STORE_META_COLUMNS, [store_meta_row(header)])
 

@@ -1,7 +1,9 @@
-"""The binary SHA-256 digests of a persisted state, its sources and their evaluation times.
+"""Binary SHA-256 digests of one source record's content and of the sources' evaluation times.
 
-A deterministic length-prefixed serialisation (integers as 9-byte signed big-endian). The state
-digest becomes the exchange payload's SHA-256 (persistence.exchange); the names stay.
+A deterministic length-prefixed serialisation (integers as 9-byte signed big-endian). Neither
+is the state digest (that is `persistence.exchange.state_digest`, the SHA-256 of the exchange
+document): `source_digest` tells two representations of a source apart in memory (the shared
+reader's time anchors), `evaluated_digest` seals the stored ``evaluated_at`` values.
 """
 
 from __future__ import annotations
@@ -15,30 +17,9 @@ from typing import TYPE_CHECKING
 from persistence.kinds import kinds_to_mask
 
 if TYPE_CHECKING:
-    from persistence.state import PersistedState, SourceRecord
+    from persistence.state import SourceRecord
 
-__all__ = ["evaluated_digest", "source_digest", "state_digest"]
-
-
-def state_digest(state: PersistedState) -> bytes:
-    """SHA-256 over the canonical serialisation of the state (the state digest)."""
-    h = hashlib.sha256(b"rtr-serve state v2\x00")
-    _put_str(h, state.store_id)
-    for value in (
-        state.state_id.epoch,
-        state.state_id.generation,
-        state.config_revision,
-        state.serial,
-        *state.session_ids,
-        state.published_at,
-        len(state.sources),
-    ):
-        _put_int(h, value)
-    _put_str(h, state.package_version)
-    for source in sorted(state.sources, key=lambda s: s.name):
-        h.update(source_digest(source))
-    _state_fields_digest(h, state)
-    return h.digest()
+__all__ = ["evaluated_digest", "source_digest"]
 
 
 def evaluated_digest(sources: Iterable[SourceRecord]) -> bytes:
@@ -78,32 +59,6 @@ def _put_opt_str(h: hashlib._Hash, value: str | None) -> None:
 def _put_opt_int(h: hashlib._Hash, value: int | None) -> None:
     h.update(b"\x00" if value is None else b"\x01")
     _put_int(h, 0 if value is None else value)
-
-
-def _state_fields_digest(h: hashlib._Hash, state: PersistedState) -> None:
-    """The schema-2 state fields: groups, active groups, policy, mode, references."""
-    h.update(b"state fields\x00")
-    _put_int(h, len(state.groups))
-    for group in state.groups:
-        _put_int(h, group.group_id)
-        _put_str(h, group.name)
-        _put_int(h, kinds_to_mask(group.kinds))
-        _put_int(h, len(group.source_names))
-        for name in group.source_names:
-            _put_str(h, name)
-    _put_int(h, len(state.active_groups))
-    for kind, name in sorted(state.active_groups):
-        _put_str(h, kind)
-        _put_str(h, name)
-    for text in (state.policy_id, state.policy_json, state.mode, state.config_store_id):
-        _put_opt_str(h, text)
-    _put_opt_str(h, state.config_identity)
-    _put_opt_int(h, state.reference_time)
-    _put_opt_int(h, state.config_epoch)
-    upstream = state.upstream
-    _put_opt_str(h, None if upstream is None else upstream.store_id)
-    _put_opt_int(h, None if upstream is None else upstream.epoch)
-    _put_opt_int(h, None if upstream is None else upstream.generation)
 
 
 def _source_fields_digest(h: hashlib._Hash, source: SourceRecord) -> None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from importlib import metadata
 from typing import Protocol
@@ -33,6 +33,7 @@ from persistence.location import StateLocation
 from persistence.persister import Persister
 from persistence.protocol import PersistenceBackend
 from persistence.state import StateHeader, StateId
+from snapshot.kinds import PayloadKind
 from snapshot.slurm import SlurmPolicy
 from upstream.closing import Handover, Offered, Publication, close_store
 from upstream.events import ClientSnapshot
@@ -250,6 +251,8 @@ class StateKeeping:
                 inputs=current.inputs,
                 evaluated_at=current.evaluated_at,
                 configured=configured,
+                active=current.active,
+                policy_id=current.policy_id,
             )
             assert self.persister is not None
             self.handover.note(current, state_id, published, self.persister.persisted)
@@ -305,6 +308,8 @@ class StateKeeping:
         inputs: Sequence[SourceInput],
         evaluated_at: float,
         configured: Sequence[Placeholder],
+        active: Mapping[PayloadKind, str | None] | None = None,
+        policy_id: str | None = None,
     ) -> StateId:
         """Build the next state under the next id (off the loop) and offer it; its id."""
         assert self.persister is not None
@@ -329,8 +334,8 @@ class StateKeeping:
                     None if self.recovered_header is None else self.recovered_header.state_id
                 ),
                 placeholders=configured,
-                active=current.active,
-                policy_id=current.policy_id,
+                active=active,
+                policy_id=policy_id,
             )
         )
         self.persister.offer(state)

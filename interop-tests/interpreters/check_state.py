@@ -41,11 +41,12 @@ from typing import Any
 
 import anyio
 
-from persistence import PersistReceipt, SQLiteBackend
+from persistence import PersistReceipt, SQLiteBackend, ThreadedBackend
 from persistence.exchange import encode
 from persistence.exchange import state_digest as exchange_digest
 from persistence.exchange_text import v6_text
 from persistence.state import NEVER, SCHEMA_VERSION, PersistedState, SourceRecord, StateId
+from persistence.state_binary import source_digest
 from snapshot.model import Aspa, RouterKey, Vrp, pack_v4, pack_v6
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from upstream.config import ClientConfig, GroupConfig, SourceConfig, source_identity
@@ -190,8 +191,8 @@ def state_view(state: PersistedState) -> dict[str, Any]:
     canonical = dataclasses.replace(state, store_id=CANONICAL_STORE)
     return {
         "store_id": state.store_id,
-        "state_digest": state.digest().hex(),
-        "canonical_digest": canonical.digest().hex(),
+        "state_digest": exchange_digest(state).hex(),
+        "canonical_digest": exchange_digest(canonical).hex(),
         # The exchange format's digest (SHA-256 of the state's exchange document).
         "exchange_digest": exchange_digest(state).hex(),
         "canonical_exchange_digest": exchange_digest(canonical).hex(),
@@ -201,7 +202,7 @@ def state_view(state: PersistedState) -> dict[str, Any]:
                 "kind": s.kind,
                 "group": s.group,
                 "location": s.location,
-                "content_digest": s.content_digest().hex(),
+                "content_digest": source_digest(s).hex(),
                 # Packed keys, not text: `ipaddress` spells mapped addresses per interpreter.
                 "vrp_keys": [k.hex() for k in _keys(s)],
                 "deadlines": {
@@ -223,8 +224,8 @@ def _keys(source: SourceRecord) -> list[bytes]:
     return keys
 
 
-def _backend(path: Path, *, read_only: bool = False) -> SQLiteBackend:
-    return SQLiteBackend(path, read_only=read_only, wall=lambda: WALL)
+def _backend(path: Path, *, read_only: bool = False) -> ThreadedBackend:
+    return ThreadedBackend(SQLiteBackend(path, read_only=read_only, wall=lambda: WALL))
 
 
 async def write(path: Path) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from collections.abc import Callable, Mapping
 from persistence.clock import Clock
 from persistence.shared.convert import floor_of, owner_policy
 from persistence.state import US_PER_SECOND, PersistedState, StateHeader
+from persistence.state_binary import source_digest
 from persistence.timekeeper import Pinned, TimeKeeper
 from snapshot.slurm import SlurmPolicy
 
@@ -48,7 +49,7 @@ class WallClock:
 
 def digests_of(state: PersistedState) -> dict[str, bytes]:
     """Each selected source's representation (the costly part, once per state read)."""
-    return {r.name: r.content_digest() for r in state.sources if r.selected}
+    return {r.name: source_digest(r) for r in state.sources if r.selected}
 
 
 def prepare(state: PersistedState, *, owner: bool) -> tuple[dict[str, bytes], SlurmPolicy | None]:

@@ -25,6 +25,7 @@ from persistence import (
     OwnerLockedError,
     PersistReceipt,
 )
+from persistence.exchange import state_digest
 from persistence.protocol import stored
 from persistence.state import SCHEMA_VERSION, PersistedState, StateId, seconds_to_us
 
@@ -113,7 +114,7 @@ class MemoryBackend:
         kept = self._kept("commit")
         if state.store_id != self._token:
             raise CommitConflictError(f"state of store {state.store_id} is not for {self._token}")
-        digest = state.digest()
+        digest = state_digest(state)
         current = kept.receipt
         if current is not None and current.snapshot_id == state.state_id:
             if current.state_digest == digest:

@@ -36,6 +36,8 @@ from persistence.errors import (
     PersistenceError,
     UnsupportedSchemaError,
 )
+from persistence.exchange import state_digest
+from persistence.meta_digest import meta_digest, publication_digest
 from persistence.schema import TABLES, ddl
 from persistence.state import (
     NOT_INCREMENTAL_METADATA,
@@ -219,7 +221,7 @@ async def test_schema2_state_fields_round_trip(
             active_groups=(("aspa", "primary"), ("router_key", "primary"), ("vrp", "primary")),
         )
         receipt = await backend.commit(state, None)
-        assert receipt.state_digest == state.digest() != base.digest()
+        assert receipt.state_digest == state_digest(state) != state_digest(base)
         result = await backend.read_state()
         assert result is not None
         header, got = result
@@ -243,7 +245,7 @@ async def test_full_state_round_trip(contract_backend: ContractBackend, path: Pa
         receipt = await backend.commit(first, None)
         assert receipt.snapshot_id == first.state_id
         assert receipt.committed_at == wall_us(clock)
-        assert receipt.state_digest == first.digest()
+        assert receipt.state_digest == state_digest(first)
         assert receipt.config_revision == first.config_revision
         assert receipt.schema_version == SCHEMA_VERSION
         assert isinstance(receipt, PersistReceipt)
@@ -258,9 +260,9 @@ async def test_full_state_round_trip(contract_backend: ContractBackend, path: Pa
         assert header.store_id == backend.store_id
         assert header.state_id == StateId(7, 1)
         assert header.written_at == wall_us(clock)
-        assert header.state_digest == first.digest()
-        assert header.meta_digest == header.computed_digest()
-        assert header.publication_digest == header.computed_publication_digest()
+        assert header.state_digest == state_digest(first)
+        assert header.meta_digest == meta_digest(header)
+        assert header.publication_digest == publication_digest(header)
         assert (header.serial, header.config_revision) == (first.serial, first.config_revision)
         assert header.session_ids == first.session_ids
         assert header.published_at == first.published_at
@@ -271,7 +273,7 @@ async def test_full_state_round_trip(contract_backend: ContractBackend, path: Pa
         assert header.recovered_from is None
         second = make_state(backend.store_id, StateId(7, 2), realistic_sources(1)[:2], serial=43)
         second = replace(second, recovered_from=StateId(6, 4))  # as built by a recovery
-        assert second.digest() != first.digest()
+        assert state_digest(second) != state_digest(first)
         await backend.commit(second, first.state_id)
         result = await backend.read_state()
         assert result is not None
@@ -305,7 +307,9 @@ async def test_written_at_is_no_earlier_than_the_states_own_times(
 
         plain = make_state(backend.store_id, StateId(1, 2), serial=43)
         observed = replace(plain, observed_at=wall_us(clock) + 2 * hour)
-        assert observed.digest() == plain.digest()  # observed_at is no part of the content
+        assert state_digest(observed) == state_digest(
+            plain
+        )  # observed_at is no part of the content
         receipt = await backend.commit(observed, StateId(1, 1))
         assert receipt.committed_at == wall_us(clock) + 2 * hour
         # A retry keeps the original written_at, whatever it observed since.
@@ -381,7 +385,7 @@ async def test_expected_conflict_leaves_the_stored_state(
             assert not caught.value.retryable
         result = await backend.read_state()
         assert result is not None
-        assert result[0].state_digest == first.digest()
+        assert result[0].state_digest == state_digest(first)
         assert_same_state(result[1], first)
         # After a newer commit, retrying the older one is a conflict, not a retry.
         await backend.commit(second, first.state_id)
@@ -776,7 +780,7 @@ async def test_resigned_header_still_fails_the_state_digest(kind: str, path: Pat
         header = await backend.read_header()
     assert header is not None
     forged = replace(header, serial=header.serial + 1)
-    forged = replace(forged, publication_digest=forged.computed_publication_digest())
+    forged = replace(forged, publication_digest=publication_digest(forged))
     with raw(kind, path) as db:
         db.execute(
             "UPDATE publication SET serial = ?, publication_digest = ?",
@@ -795,8 +799,8 @@ async def test_header_of_another_schema_version_is_corrupt(kind: str, path: Path
         h = await backend.read_header()
     assert h is not None
     forged = replace(h, schema_version=3)
-    forged = replace(forged, meta_digest=forged.computed_digest())
-    forged = replace(forged, publication_digest=forged.computed_publication_digest())
+    forged = replace(forged, meta_digest=meta_digest(forged))
+    forged = replace(forged, publication_digest=publication_digest(forged))
     with raw(kind, path) as db:
         # The DDL's CHECK (schema_version = 2) refuses it: the same table without the CHECK.
         db.execute("CREATE TABLE sm AS SELECT * FROM store_meta")

@@ -23,6 +23,7 @@ from persistence.errors import (
     PersistenceError,
     UnsupportedSchemaError,
 )
+from persistence.meta_digest import publication_digest
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateId
 from tests.persistence.helpers import KINDS, make, opened, raw
@@ -127,7 +128,7 @@ async def forge_header(kind: str, path: Path, **changes: Any) -> None:
     with raw(kind, path) as db:
         db.execute(
             f"UPDATE publication SET {sets}, publication_digest = ?",
-            [*columns.values(), forged.computed_publication_digest()],
+            [*columns.values(), publication_digest(forged)],
         )
 
 

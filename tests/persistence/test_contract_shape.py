@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from persistence.exchange import state_digest
+from persistence.meta_digest import sealed
 from persistence.schema import STORE_META_FIELDS, VERSIONS_JSON
 from persistence.state import (
     NOT_INCREMENTAL_METADATA,
@@ -79,7 +81,7 @@ async def test_store_meta_holds_the_contracts_fields_and_their_canonical_digest(
     assert values["policy_id"] == state.policy_id
     assert values["mode"] == "online"
     assert values["upstream_store_id"] is None
-    assert bytes(values["state_digest"]) == state.digest()
+    assert bytes(values["state_digest"]) == state_digest(state)
     # The canonical JSON array of every field but itself (and the singleton), digests in hex.
     fields = [
         v.hex() if isinstance(v, bytes | bytearray) else v
@@ -148,9 +150,8 @@ async def test_the_revocation_shape_round_trips_and_recovers_without_an_incremen
 
 def test_an_incremental_rtr_source_recovers_its_session() -> None:
     state = make_state("s" * 32, StateId(1, 1))
-    from persistence.state import StateHeader
 
-    header = StateHeader.of_commit(state, state.digest(), T0 + 60 * US)
+    header = sealed(state, state_digest(state), T0 + 60 * US)
     identities = [SourceIdentity(s.name, s.kind, s.location) for s in state.sources]
     plan = plan_recovery(header, state, identities, wall=T0 / US + 60, clock_tolerance=300)
     assert plan.recovered["rtr-upstream"].rtr_session == 0xBEEF
@@ -230,7 +231,7 @@ def test_a_consistent_regrouping_is_accepted() -> None:
     agreed = replace(state, active_groups=(*state.active_groups, ("aspa", "primary")))
     assert ("aspa", "primary") in agreed.active_groups
     assert agreed.groups[2].source_names == ()
-    assert agreed.digest() != state.digest()
+    assert state_digest(agreed) != state_digest(state)
 
 
 def test_aspa_families_default_from_the_capabilities() -> None:

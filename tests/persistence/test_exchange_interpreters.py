@@ -21,7 +21,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from persistence.exchange import encode
+from persistence.backend import ThreadedBackend
+from persistence.exchange import encode, state_digest
 from persistence.sqlite_backend import SQLiteBackend
 from tests.persistence.test_exchange_spec import example_states, storable_state
 
@@ -31,25 +32,26 @@ SITE = [p for p in sys.path if p.endswith("site-packages")]
 CHILD = """
 import hashlib, json, sys
 import anyio
-from persistence.exchange import encode
+from persistence.exchange import encode, state_digest
+from persistence.backend import ThreadedBackend
 from persistence.sqlite_backend import SQLiteBackend
 from tests.persistence.test_exchange_spec import example_states, storable_state
 
 async def main(write, read):
     result = {"documents": [hashlib.sha256(b"".join(encode(s))).hexdigest()
                             for s in example_states()]}
-    backend = SQLiteBackend(write)
+    backend = ThreadedBackend(SQLiteBackend(write))
     await backend.open()
     receipt = await backend.commit(storable_state(backend.store_id), None)
     await backend.close()
     result["receipt"] = receipt.state_digest.hex()
     result["store_id"] = backend.store_id
     if read:
-        reader = SQLiteBackend(read, read_only=True)
+        reader = ThreadedBackend(SQLiteBackend(read, read_only=True))
         await reader.open()
         header, state = await reader.read_state()
         await reader.close()
-        result["read"] = [header.state_digest.hex(), state.digest().hex(),
+        result["read"] = [header.state_digest.hex(), state_digest(state).hex(),
                           b"".join(encode(state)).hex()]
     print(json.dumps(result))
 
@@ -89,7 +91,7 @@ INTERPRETERS = other_interpreters()
 
 
 async def commit_here(path: Path) -> bytes:
-    backend = SQLiteBackend(path)
+    backend = ThreadedBackend(SQLiteBackend(path))
     await backend.open()
     assert backend.store_id is not None
     receipt = await backend.commit(storable_state(backend.store_id), None)
@@ -98,7 +100,7 @@ async def commit_here(path: Path) -> bytes:
 
 
 async def store_id_of(path: Path) -> str:
-    reader = SQLiteBackend(path, read_only=True)
+    reader = ThreadedBackend(SQLiteBackend(path, read_only=True))
     await reader.open()
     store_id = reader.store_id
     await reader.close()
@@ -107,13 +109,13 @@ async def store_id_of(path: Path) -> str:
 
 
 async def read_here(path: Path) -> tuple[bytes, bytes, bytes]:
-    reader = SQLiteBackend(path, read_only=True)
+    reader = ThreadedBackend(SQLiteBackend(path, read_only=True))
     await reader.open()
     stored = await reader.read_state()
     await reader.close()
     assert stored is not None
     header, state = stored
-    return header.state_digest, state.digest(), b"".join(encode(state))
+    return header.state_digest, state_digest(state), b"".join(encode(state))
 
 
 @pytest.mark.skipif(not INTERPRETERS, reason="no other CPython 3.11-3.14 is installed")
@@ -140,7 +142,7 @@ def test_documents_and_stored_digests_agree_across_interpreters(
         hashlib.sha256(b"".join(encode(s))).hexdigest() for s in example_states()
     ]
     # The same state gives the same receipt digest there as here.
-    assert result["receipt"] == storable_state(result["store_id"]).digest().hex()
+    assert result["receipt"] == state_digest(storable_state(result["store_id"])).hex()
     # It reads our file to the same digests and the same exchange bytes, and we read its file.
     ours_doc = b"".join(encode(storable_state(anyio.run(store_id_of, ours))))
     assert result["read"] == [our_receipt.hex(), our_receipt.hex(), ours_doc.hex()]

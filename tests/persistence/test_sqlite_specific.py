@@ -11,6 +11,7 @@ import pytest
 
 from persistence.backend import ThreadedBackend
 from persistence.errors import PersistenceError, TransientError
+from persistence.exchange import state_digest
 from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateHeader, StateId
 from tests.persistence.helpers import ROOT, listing, opened, raw, sql_store
@@ -44,7 +45,7 @@ async def test_disk_full_fails_the_commit_and_keeps_the_previous_state(tmp_path:
         assert caught.value.retryable
         result = await backend.read_state()
         assert result is not None
-        assert result[0].state_digest == small.digest()
+        assert result[0].state_digest == state_digest(small)
         assert_same_state(result[1], small)
         # The connection is usable: a state that fits still commits.
         fits = make_state(backend.store_id, StateId(1, 3), serial=44)

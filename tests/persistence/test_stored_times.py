@@ -20,8 +20,11 @@ import pytest
 
 from persistence.backend import ThreadedBackend
 from persistence.errors import CorruptStateError, UnsupportedSchemaError
+from persistence.exchange import state_digest
+from persistence.meta_digest import publication_digest
 from persistence.sqlite_backend import SQLiteBackend
-from persistence.state import PersistedState, StateId, evaluated_digest
+from persistence.state import PersistedState, StateId
+from persistence.state_binary import evaluated_digest
 from tests.clock import FakeClock
 from tests.persistence.helpers import KINDS, START, make, opened, raw, wall_us
 from tests.persistence.states import US, assert_same_state, make_state, realistic_sources
@@ -98,7 +101,7 @@ async def test_the_stored_times_leave_the_state_digest_alone(kind: str, path: Pa
             observed_at=state.observed_at + 5 * US,
             sources=tuple(replace(s, evaluated_at=s.evaluated_at + 5 * US) for s in state.sources),
         )
-        assert later.digest() == state.digest()
+        assert state_digest(later) == state_digest(state)
         again = await backend.commit(later, None)
         assert again.retried
         assert again.committed_at == first.committed_at
@@ -168,7 +171,7 @@ async def test_a_written_at_below_an_evaluation_time_is_corrupt(kind: str, path:
         )
         db.execute(
             "UPDATE publication SET evaluated_digest = ?, publication_digest = ?",
-            [forged.evaluated_digest, forged.computed_publication_digest()],
+            [forged.evaluated_digest, publication_digest(forged)],
         )
     async with opened(kind, path) as backend:
         assert await backend.read_header() is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from array import array
 
+from persistence.exchange import state_digest
 from persistence.state import NEVER, PersistedState, SourceRecord, StateHeader, StateId
 from snapshot.model import pack_v4
 from tests.clock import FakeClock
@@ -33,7 +34,7 @@ def rtr_state(expires_at: int) -> tuple[StateHeader, PersistedState]:
         v4_expires=array("q", [NEVER]),
     )
     state = PersistedState("store", StateId(1, 1), 0, 3, (1, 2, 3), W * US, "t", (record,))
-    digest = state.digest()
+    digest = state_digest(state)
     header = StateHeader(
         2, "store", StateId(1, 1), 0, 3, (1, 2, 3), W * US, W * US, digest, b"", "t"
     )
