@@ -228,6 +228,8 @@ def test_same_state_same_digests_and_spelling(lab: Lab) -> None:
         assert doc["fixed_state"] == first["fixed_state"], f"{name} differs from the host"
         assert doc["schema_version"] == first["schema_version"]
         assert doc["exchange_text"] == MAPPED_TEXT, name
+        # The library's own text (logs, HTTP, SLURM documents) is the same everywhere too.
+        assert doc["library_vrp_str"].startswith(MAPPED_TEXT + "-"), name
         assert doc["exchange_mapped"] == MAPPED_IN_DOCUMENT, name
         assert doc["exchange_sha256"] == doc["fixed_state"]["exchange_digest"], name
         summary.note(

@@ -27,13 +27,13 @@ from persistence.exchange import (
     encode,
     encode_version_1,
 )
-from persistence.exchange_text import parse_prefix
 from persistence.exchange_values import INT64_MAX, INT64_MIN, KIND_ORDER, ExchangeFormatError
 from persistence.kinds import MODES
 from persistence.limits import LimitExceededError, Limits
 from persistence.state import GroupRecord, PersistedState, SourceRecord, StateId, UpstreamRef
 from snapshot.model import Aspa, PayloadError, RouterKey, pack_v4, pack_v6
 from snapshot.packed import V4, V6
+from snapshot.prefix_text import parse_prefix
 
 __all__ = ["decode", "import_version_1"]
 

@@ -13,7 +13,6 @@ import struct
 from collections.abc import Iterator, Sequence
 from typing import cast
 
-from persistence.exchange_text import v4_text, v6_groups_text, v6_text
 from persistence.exchange_values import (
     AFI_TEXT,
     CHUNK_BYTES,
@@ -27,6 +26,7 @@ from persistence.exchange_values import (
 from persistence.state import SourceRecord
 from snapshot.model import Aspa, RouterKey
 from snapshot.packed import V4, V6
+from snapshot.prefix_text import v4_text, v6_groups_text, v6_text
 
 __all__ = ["RECORD_MEMBERS", "write_records"]
 

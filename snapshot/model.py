@@ -15,6 +15,7 @@ import ipaddress
 from dataclasses import dataclass, field
 
 from snapshot.packed import V4, V4_KEY_SIZE, V6, V6_KEY_SIZE
+from snapshot.prefix_text import network_text
 
 __all__ = [
     "ASN_MAX",
@@ -151,7 +152,7 @@ class Vrp:
         raise PayloadError("key", key, "packed VRP key must be 10 or 22 octets")
 
     def __str__(self) -> str:
-        return f"{self.prefix}-{self.max_length} AS{self.asn}"
+        return f"{network_text(self.prefix)}-{self.max_length} AS{self.asn}"
 
 
 def normalise_providers(providers: object) -> tuple[int, ...]:

@@ -17,7 +17,7 @@ import base64
 import json
 from typing import Any
 
-from snapshot.model import IPNetwork
+from snapshot.prefix_text import network_text
 from snapshot.slurm import ASSERTIONS, FILTERS, SlurmPolicy, parse_slurm
 
 __all__ = ["policy_document", "read_policy_document"]
@@ -25,13 +25,6 @@ __all__ = ["policy_document", "read_policy_document"]
 
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
-
-
-def _prefix(net: IPNetwork) -> str:
-    mapped = getattr(net.network_address, "ipv4_mapped", None)
-    if mapped is not None:
-        return f"::ffff:{mapped}/{net.prefixlen}"
-    return f"{net.network_address}/{net.prefixlen}"
 
 
 def _entry(fields: dict[str, Any], comment: str | None) -> dict[str, Any]:
@@ -46,7 +39,7 @@ def policy_document(policy: SlurmPolicy) -> str:
     filters = {
         "prefixFilters": [
             _entry(
-                {"prefix": None if f.prefix is None else _prefix(f.prefix), "asn": f.asn},
+                {"prefix": None if f.prefix is None else network_text(f.prefix), "asn": f.asn},
                 f.comment,
             )
             for f in policy.prefix_filters
@@ -64,7 +57,7 @@ def policy_document(policy: SlurmPolicy) -> str:
             _entry(
                 {
                     "asn": a.vrp.asn,
-                    "prefix": _prefix(a.vrp.prefix),
+                    "prefix": network_text(a.vrp.prefix),
                     "maxPrefixLength": a.vrp.max_length,
                 },
                 a.comment,

@@ -17,7 +17,7 @@ compares the documents of all interpreters. Commands:
     generation STEP + 1 on top of it.
 ``spelling``
     The interpreter, its SQLite, the fixed state's view computed in memory, and how
-    `ipaddress`, the library's `Vrp` text and the exchange format (`persistence.exchange_text`,
+    `ipaddress`, the library's `Vrp` text and the exchange format (`snapshot.prefix_text`,
     the text the state digest hashes) spell IPv4-mapped IPv6 prefixes.
 
 A state "view" holds the receipt, the recomputed state digest and exchange digest
@@ -44,11 +44,11 @@ import anyio
 from persistence import PersistReceipt, SQLiteBackend, ThreadedBackend
 from persistence.exchange import encode
 from persistence.exchange import state_digest as exchange_digest
-from persistence.exchange_text import v6_text
 from persistence.state import NEVER, SCHEMA_VERSION, PersistedState, SourceRecord, StateId
 from persistence.state_binary import source_digest
 from snapshot.model import Aspa, RouterKey, Vrp, pack_v4, pack_v6
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
+from snapshot.prefix_text import v6_text
 from upstream.config import ClientConfig, GroupConfig, SourceConfig, source_identity
 
 __all__ = ["CANONICAL_STORE", "MAPPED", "fixed_state", "main"]

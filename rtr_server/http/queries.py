@@ -14,6 +14,7 @@ from dataclasses import asdict
 from typing import Any
 
 from snapshot.model import Vrp, check_asn
+from snapshot.prefix_text import network_text
 from snapshot.queries import (
     Direction,
     OriginState,
@@ -86,7 +87,11 @@ def _asn_text(asn: int) -> str:
 
 
 def _vrp_document(vrp: Vrp) -> dict[str, Any]:
-    return {"asn": _asn_text(vrp.asn), "prefix": str(vrp.prefix), "max_length": vrp.max_length}
+    return {
+        "asn": _asn_text(vrp.asn),
+        "prefix": network_text(vrp.prefix),
+        "max_length": vrp.max_length,
+    }
 
 
 _DESCRIPTIONS = {
@@ -118,7 +123,10 @@ def validity_document(result: OriginValidation) -> dict[str, Any]:
         "unmatched_length": [_vrp_document(v) for v in result.unmatched_length],
     }
     origin = None if result.origin_asn is None else _asn_text(result.origin_asn)
-    return {"route": {"origin_asn": origin, "prefix": str(result.prefix)}, "validity": validity}
+    return {
+        "route": {"origin_asn": origin, "prefix": network_text(result.prefix)},
+        "validity": validity,
+    }
 
 
 def aspa_document(

@@ -10,8 +10,8 @@ from hypothesis import strategies as st
 
 from persistence.exchange import encode, state_digest
 from persistence.exchange_import import decode
-from persistence.exchange_text import parse_prefix, v6_text
 from persistence.state import PersistedState
+from snapshot.prefix_text import parse_prefix, v6_text
 from tests.persistence.test_exchange import exchange_states
 from tests.persistence.test_exchange_import import small_state
 

@@ -1,4 +1,4 @@
-"""The exchange format's prefix text: our own spelling of VRP prefixes, never `ipaddress` str().
+"""Our own text of IP prefixes (exchange format, SLURM, logs, HTTP), never `ipaddress` str().
 
 IPv4 ``a.b.c.d/len``; IPv6 the RFC 5952 text (lowercase hex, no leading zeros, the first
 longest run of two or more zero groups as ``::``), except that an IPv4-mapped address
@@ -12,8 +12,9 @@ is accepted, so each prefix has exactly one spelling.
 from __future__ import annotations
 
 import struct
+from ipaddress import IPv4Network, IPv6Network
 
-__all__ = ["parse_prefix", "v4_text", "v6_groups_text", "v6_text"]
+__all__ = ["network_text", "parse_prefix", "v4_text", "v6_groups_text", "v6_text"]
 
 _MAPPED_PREFIX = 0xFFFF << 32
 _GROUPS = struct.Struct(">8H")
@@ -101,3 +102,10 @@ def parse_prefix(text: str, *, legacy_mapped: bool = False) -> tuple[int, int, i
     if address & ((1 << (bits - length)) - 1):
         raise ValueError(f"{text!r} has host bits set")
     return family, address, length
+
+
+def network_text(network: IPv4Network | IPv6Network) -> str:
+    """``address/length`` of a network in our spelling (mapped IPv6 dotted on every interpreter)."""
+    address = int(network.network_address)
+    text = v4_text(address) if network.version == 4 else v6_text(address)
+    return f"{text}/{network.prefixlen}"
