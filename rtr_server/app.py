@@ -221,13 +221,15 @@ class App:
         report.log(log)
 
     async def _run_reader(self, location: StateLocation, task_status: TaskStatus[App]) -> None:
+        # With --slurm files the reader applies its own policy; without, the owner's policy
+        # stored with each state (what the owning rtr-serve serves).
         slurm = SlurmFiles(self.config.slurm, poll_interval=self.config.poll_interval)
         follower = StateFollower(
             location.path,
             self.clock,
             self.publishing.publish,
             poll=self.config.reader_poll,
-            policy=lambda: slurm.policy,
+            policy=(lambda: slurm.policy) if self.config.slurm else None,
         )
         slurm.on_change = follower.policy_changed
         self.follower = follower
