@@ -9,6 +9,10 @@ Accepted shapes (unknown keys are ignored):
   ``customer``; jsonext ``source`` validity dates give the per-entry expiry);
 * StayRTR / GoRTR ``roas`` (``asn`` as number or ``"AS123"``).
 
+A VRP or router key listed more than once (several trust anchors, any expiries) is one entry
+with the latest expiry plus its other supports as extras (`SourcePayload.vrp_duplicates`,
+``router_key_duplicates``; contract P-27); every ASPA entry is its own support.
+
 Speed and memory: the whole export is decoded by the C JSON scanner with an ``object_hook``
 that turns each payload object into a packed key on the spot, so no per-entry dict survives the
 parse (a 723k-VRP export peaks near 200 MB instead of ~450 MB). The hook's result is checked
@@ -207,22 +211,38 @@ class _Collector:
         self.max_providers = max_providers
         self.vrps: dict[bytes, int] = {}
         self.router_keys: dict[RouterKey, int] = {}
+        #: The other supports of a VRP or router key already held (P-27), its latest expiry
+        #: staying in ``vrps`` / ``router_keys``.
+        self.vrp_extras: list[tuple[bytes, int]] = []
+        self.key_extras: list[tuple[RouterKey, int]] = []
         self.aspas: list[tuple[Aspa, int]] = []
         self.counts = {"vrp": 0, "router_key": 0, "aspa": 0}
 
     def add_vrp(self, entry: dict[str, Any]) -> None:
         self.counts["vrp"] += 1
-        key = _vrp_key(entry)
-        expires = _expires(entry)
+        self._vrp(_vrp_key(entry), _expires(entry))
+
+    def _vrp(self, key: bytes, expires: int) -> None:
         old = self.vrps.get(key)
-        if old is None or expires > old:
+        if old is None:
             self.vrps[key] = expires
+        elif expires > old:
+            self.vrps[key] = expires
+            self.vrp_extras.append((key, old))
+        else:
+            self.vrp_extras.append((key, expires))
 
     def add_router_key(self, entry: dict[str, Any]) -> None:
         self.counts["router_key"] += 1
         key, expires = _router_key(entry)
-        if expires > self.router_keys.get(key, -1):
+        old = self.router_keys.get(key)
+        if old is None:
             self.router_keys[key] = expires
+        elif expires > old:
+            self.router_keys[key] = expires
+            self.key_extras.append((key, old))
+        else:
+            self.key_extras.append((key, expires))
 
     def add_aspa(self, entry: dict[str, Any]) -> None:
         self.counts["aspa"] += 1
@@ -267,8 +287,9 @@ class _Collector:
         key = raw + _LENGTH_PAIRS[max_length][length] + asn.to_bytes(4, "big")
         self.counts["vrp"] += 1
         vrps = self.vrps
-        old = vrps.get(key)
-        if old is None or expires > old:
+        if key in vrps:
+            self._vrp(key, expires)
+        else:
             vrps[key] = expires
         return True
 
@@ -284,7 +305,18 @@ class _Collector:
             tuple(sorted(self.router_keys.items(), key=lambda kv: kv[0].sort_key())),
             tuple(self.aspas),
             generated,
+            tuple(
+                (4 if len(k) == V4_KEY_SIZE else 6, k, e)
+                for k, e in sorted(self.vrp_extras, key=_extra_order, reverse=True)
+            ),
+            tuple(sorted(self.key_extras, key=lambda ke: (ke[0].sort_key(), -ke[1]))),
         )
+
+
+def _extra_order(extra: tuple[bytes, int]) -> tuple[bool, bytes, int]:
+    """IPv4 first, then as the unique keys (descending), the later expiry first."""
+    key, expires = extra
+    return len(key) == V4_KEY_SIZE, key, expires
 
 
 Section = tuple[str, str, list[Any]]  # (kind, label as written in the document, entries)

@@ -24,7 +24,12 @@ class SourcePayload:
     """The complete content of one source load, with an absolute expiry per entry.
 
     VRPs are packed (see `snapshot.model`), unique, sorted descending, each with the latest
-    ``expires`` of its duplicates (a VRP from several trust anchors lives while any does).
+    ``expires`` of its supports (a VRP from several trust anchors lives while any does); router
+    keys are unique the same way. The other supports of the same payload (contract P-27: each
+    raw support keeps its own position) are the extras ``vrp_duplicates`` (family 4/6, packed
+    key, expiry) and ``router_key_duplicates``: only the extras are kept, none outlives its
+    entry's expiry, so serving, expiry and diffs read the unique entries alone. ASPAs keep every
+    support in ``aspas`` (merged per customer only when served).
     """
 
     v4: bytes = b""
@@ -35,6 +40,10 @@ class SourcePayload:
     aspas: tuple[tuple[Aspa, int], ...] = ()
     #: Build time stated by the export (Unix seconds), if any.
     generated: int | None = None
+    #: Extra supports of VRPs in ``v4``/``v6``: (family 4/6, packed key, expiry), sorted.
+    vrp_duplicates: tuple[tuple[int, bytes, int], ...] = ()
+    #: Extra supports of keys in ``router_keys``: (key, expiry), sorted.
+    router_key_duplicates: tuple[tuple[RouterKey, int], ...] = ()
 
     def earliest_expiry_after(self, now: float, kind: PayloadKind | None = None) -> int | None:
         """The first expiry after ``now`` of the entries of ``kind`` (every kind when None).

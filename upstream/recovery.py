@@ -79,6 +79,8 @@ def to_record(
         v6_expires=array("q", map(_us, payload.v6_expires)),
         router_keys=tuple((key, _us(e)) for key, e in payload.router_keys),
         aspas=tuple((aspa, _us(e)) for aspa, e in payload.aspas),
+        vrp_duplicates=tuple((family, key, _us(e)) for family, key, e in payload.vrp_duplicates),
+        router_key_duplicates=tuple((key, _us(e)) for key, e in payload.router_key_duplicates),
     )
 
 
@@ -93,6 +95,12 @@ def to_payload(record: SourceRecord) -> SourcePayload:
         router_keys=tuple((key, _seconds(e, cap)) for key, e in record.router_keys),
         aspas=tuple((aspa, _seconds(e, cap)) for aspa, e in record.aspas),
         generated=None if record.generated_at is None else record.generated_at // US_PER_SECOND,
+        vrp_duplicates=tuple(
+            (family, key, _seconds(e, cap)) for family, key, e in record.vrp_duplicates
+        ),
+        router_key_duplicates=tuple(
+            (key, _seconds(e, cap)) for key, e in record.router_key_duplicates
+        ),
     )
 
 
