@@ -477,6 +477,7 @@ class RtrSource:
                 expires_at=None if remaining is None else synced_at + remaining,
                 rtr_session=self.session.session_id,
                 rtr_serial=self.session.serial,
+                rtr_version=self.session.version,
             )
         )
 
