@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from persistence.state import (
     NEVER,
+    NOT_INCREMENTAL_METADATA,
     US_PER_SECOND,
     GroupRecord,
     PersistedState,
@@ -263,10 +264,20 @@ def _records(
 
 
 def _with_protocol(record: SourceRecord, protocol: int | None) -> SourceRecord:
-    """``record`` with the RTR version its data was received at (an RTR source's only)."""
-    if protocol is None or record.kind != "rtr" or record.protocol == protocol:
+    """``record`` with the RTR version its data was received at (an RTR source's only).
+
+    Data of a version-2 sync held by a source that now speaks only version 1 (no ASPA
+    capability: a downgrade trimmed its ASPAs) is stored in the retained shape of that
+    revocation (P-33): `NOT_INCREMENTAL_METADATA`, protocol 2, the sync's own times, never a
+    new v1 End of Data; recovery then starts the source with a Reset.
+    """
+    if protocol is None or record.kind != "rtr":
         return record
-    return dataclasses.replace(record, protocol=protocol)
+    revoked = protocol == 2 and not record.aspas and "aspa" not in record.capabilities
+    metadata = NOT_INCREMENTAL_METADATA if revoked else record.metadata_json
+    if record.protocol == protocol and record.metadata_json == metadata:
+        return record
+    return dataclasses.replace(record, protocol=protocol, metadata_json=metadata)
 
 
 @dataclass(frozen=True, slots=True)
