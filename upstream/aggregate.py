@@ -230,12 +230,11 @@ class Aggregator:
 
     def _input(self, entry: SourceEntry) -> SourceInput:
         assert entry.payload is not None
-        status = entry.source.status
         return SourceInput(
             name=entry.name,
             group=entry.group,
-            kind=status.kind,
-            location=status.location,
+            kind=entry.source.status.kind,
+            location=entry.source.status.location,
             capabilities=entry.source.capabilities,
             selected=self._selected(entry),
             payload=entry.payload,
@@ -243,6 +242,7 @@ class Aggregator:
             expires_wall=entry.expires_at,
             rtr_session=entry.rtr_session,
             rtr_serial=entry.rtr_serial,
+            protocol=entry.rtr_version,
         )
 
     def poke(self) -> None:

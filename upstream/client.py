@@ -57,12 +57,11 @@ from upstream.client_setup import (
     groups_of,
     loop_identity,
     make_sources,
-    placeholders,
     prepare_sources,
 )
 from upstream.clock import Clock, FixedWallClock, SystemClock
 from upstream.config import ClientConfig, SourceConfig
-from upstream.delivery import Delivery, PublishHook
+from upstream.delivery import Delivery, PublishHook, configured_state
 from upstream.event_diff import (
     EVERYTHING,
     OFF_LOOP_RECORDS,
@@ -181,7 +180,9 @@ class Client(ClientClosing):
         self.delivery = Delivery(
             publish, self.keeping, self.keeper, flush_timeout=config.flush_timeout
         )
-        self.delivery.configured = lambda: placeholders(self.config, self._sources)
+        self.delivery.configured = lambda: configured_state(
+            self.config, self._sources, self.slurm.policy
+        )
         self._persistence_ended: anyio.Event | None = None
         for name, payload in (recovered or {}).items():
             self.seed(name, payload)

@@ -18,15 +18,19 @@ kept for the next `close`).
 
 from __future__ import annotations
 
+import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import replace
 from typing import Protocol
 
 import anyio
 
 from persistence.errors import REVOCATION_FAILED, CloseFailedError
+from snapshot.slurm import SlurmPolicy
+from snapshot.slurm_document import policy_document
 from snapshot.snapshot import Snapshot
+from upstream.client_setup import placeholders
 from upstream.closing import (
     Publication,
     ShutdownReport,
@@ -35,16 +39,57 @@ from upstream.closing import (
     final_not_built,
     persist_last,
 )
+from upstream.config import ClientConfig, SourceConfig, source_identity
 from upstream.events import ClientSnapshot
-from upstream.recovery import Placeholder
+from upstream.recovery import Configured
+from upstream.source import Source
 from upstream.state_keeping import Keeper, StateKeeping
 
-__all__ = ["Delivery", "PublishHook"]
+__all__ = ["Delivery", "PublishHook", "config_identity", "configured_state"]
 
 log = logging.getLogger(__name__)
 
 #: The host's hook: serve ``snapshot``; returns what it is served as (None: not told).
 PublishHook = Callable[[Snapshot], Awaitable[Publication | None]]
+
+
+def config_identity(config: ClientConfig) -> str:
+    """The digest of ``config``'s identity (``PersistedState.config_identity``, P-10).
+
+    Its groups in priority order with their timing and members (sorted by name: the
+    configuration's order does not change a logical group; an empty group is kept), each
+    source's name, group and full identity (`upstream.config.source_identity`), the required
+    kinds and the SLURM files; never the revision (that orders changes) nor secrets.
+    SHA-256, hex, with its name.
+    """
+    parts = [
+        f"group={g.name};priority={g.priority};startup_timeout={g.startup_timeout!r};"
+        f"failback_delay={g.failback_delay!r};sources="
+        + ",".join(sorted(s.name for s in config.sources if s.group == g.name))
+        for g in config.effective_groups()
+    ]
+    parts += sorted(
+        f"source={s.name};group={s.group};identity={source_identity(s, config)}"
+        for s in config.sources
+    )
+    parts.append("required=" + ",".join(sorted(k.value for k in config.required)))
+    parts.append("slurm=" + ",".join(config.slurm))
+    return "sha256:" + hashlib.sha256("\n".join(parts).encode()).hexdigest()
+
+
+def configured_state(
+    config: ClientConfig,
+    sources: Mapping[str, tuple[SourceConfig, Source]],
+    policy: SlurmPolicy | None,
+) -> Configured:
+    """What ``config`` (with its ``sources`` and the SLURM ``policy`` in force) gives a state."""
+    return Configured(
+        placeholders=tuple(placeholders(config, sources)),
+        groups=tuple(g.name for g in config.effective_groups()),
+        identity=config_identity(config),
+        policy_id=None if policy is None else config.policy_id(policy.identity()),
+        policy_json=None if policy is None else policy_document(policy),
+    )
 
 
 class Closing(Protocol):
@@ -87,9 +132,9 @@ class Delivery:
         keeper: Keeper,
         *,
         flush_timeout: float,
-        configured: Callable[[], Sequence[Placeholder]] = tuple,
+        configured: Callable[[], Configured] = Configured,
     ) -> None:
-        """Deliver nothing yet (`run` starts); ``configured``: the sources configured now."""
+        """Deliver nothing yet (`run` starts); ``configured``: the configuration in force now."""
         self.publish = publish
         self.configured = configured
         self.keeping = keeping

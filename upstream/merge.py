@@ -54,6 +54,8 @@ class SourceInput:
     expires_wall: float | None = None
     rtr_session: int | None = None
     rtr_serial: int | None = None
+    #: The RTR protocol version its data was received at (`SourceRecord.protocol`); None: JSON.
+    protocol: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

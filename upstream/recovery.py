@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 
 from persistence.state import (
     NEVER,
+    NOT_INCREMENTAL_METADATA,
     US_PER_SECOND,
     GroupRecord,
     PersistedState,
@@ -105,6 +106,28 @@ def to_payload(record: SourceRecord) -> SourcePayload:
 
 
 @dataclass(frozen=True, slots=True)
+class Configured:
+    """What the client's configuration in force gives every state it stores (P-10, P-28).
+
+    ``groups`` are the configured groups' names in priority order (an empty one is stored
+    too); ``identity`` digests the configuration's identity (`upstream.delivery.config_identity`);
+    ``policy_json`` is the SLURM policy in force as a document
+    (`snapshot.slurm_document.policy_document`), stored only with a state judged under it: its
+    ``policy_id``.
+    """
+
+    placeholders: tuple[Placeholder, ...] = ()
+    groups: tuple[str, ...] = ()
+    identity: str | None = None
+    policy_id: str | None = None
+    policy_json: str | None = None
+
+
+#: A configuration with nothing configured (tests, a keeping offered no configuration).
+NOTHING_CONFIGURED = Configured()
+
+
+@dataclass(frozen=True, slots=True)
 class Placeholder:
     """A configured source with no usable payload in the state: stored as such (P-53)."""
 
@@ -150,6 +173,11 @@ def build_state(
     placeholders: Iterable[Placeholder] = (),
     active: Mapping[PayloadKind, str | None] | None = None,
     policy_id: str | None = None,
+    policy_json: str | None = None,
+    groups: Sequence[str] = (),
+    config_store_id: str | None = None,
+    config_epoch: int | None = None,
+    config_identity: str | None = None,
 ) -> PersistedState:
     """The complete state to commit after a publish.
 
@@ -162,12 +190,17 @@ def build_state(
     earlier than any, so a restart under a set-back wall clock cannot trust the file (issue 12,
     item 10).
 
-    The groups are those of the sources (every configured source is an input or a
-    placeholder), in order of appearance; ``active`` is the selection's active group per kind
-    (`grouped`). ``policy_id`` identifies the SLURM policy the snapshot was judged under.
+    The groups are the configured ``groups`` (empty ones kept) followed by any other group of
+    the sources (every configured source is an input or a placeholder), in order of appearance;
+    ``active`` is the selection's active group per kind (`grouped`). ``policy_id`` identifies
+    the SLURM policy the snapshot was judged under and ``policy_json`` is that policy (None:
+    not stored; a reader without its own policy then applies none). ``config_store_id``,
+    ``config_epoch`` and ``config_identity`` are the publish identity of the configuration
+    (the store's id, the client's epoch) and its digest; each source's ``protocol`` is the RTR
+    version its data was received at (None for JSON).
     """
-    records, groups, active_groups = grouped(
-        _records(inputs, placeholders, evaluated_wall), active or {}
+    records, group_records, active_groups = grouped(
+        _records(inputs, placeholders, evaluated_wall), active or {}, groups
     )
     return PersistedState(
         store_id=store_id,
@@ -180,22 +213,30 @@ def build_state(
         sources=records,
         observed_at=seconds_to_us(observed_wall),
         recovered_from=recovered_from,
-        groups=groups,
+        groups=group_records,
         active_groups=active_groups,
         policy_id=policy_id or None,
+        policy_json=policy_json if policy_id else None,
+        config_store_id=config_store_id or None,
+        config_epoch=config_epoch,
+        config_identity=config_identity,
     )
 
 
 def grouped(
-    records: tuple[SourceRecord, ...], active: Mapping[PayloadKind, str | None]
+    records: tuple[SourceRecord, ...],
+    active: Mapping[PayloadKind, str | None],
+    configured: Sequence[str] = (),
 ) -> tuple[tuple[SourceRecord, ...], tuple[GroupRecord, ...], tuple[tuple[str, str], ...]]:
-    """The records with their ``group_id``, their groups and the active groups (P-28).
+    """The records with their ``group_id``, their groups and the active groups (P-28, P-82).
 
-    A group's kinds are its sources' capabilities. The active group of a kind is the group of
+    The groups are the ``configured`` ones (empty ones kept), then any other group of the
+    records, in order of appearance; members are sorted by name. A group's kinds are its
+    sources' capabilities. The active group of a kind is the group of
     the sources that contributed it (one group by the selection's rule); a kind no source
     contributed keeps ``active``'s group when that is one of the groups.
     """
-    names = list(dict.fromkeys(r.group for r in records))
+    names = list(dict.fromkeys([*configured, *(r.group for r in records)]))
     ids = {name: i for i, name in enumerate(names)}
     groups = tuple(
         GroupRecord(
@@ -221,10 +262,30 @@ def _records(
 ) -> tuple[SourceRecord, ...]:
     placeholders = tuple(placeholders)
     identities = {p.name: p.identity for p in placeholders}
-    loaded = tuple(to_record(s, evaluated_wall, identities.get(s.name)) for s in inputs)
+    loaded = tuple(
+        _with_protocol(to_record(s, evaluated_wall, identities.get(s.name)), s.protocol)
+        for s in inputs
+    )
     names = {r.name for r in loaded}
     unloaded = (to_placeholder(p, evaluated_wall) for p in placeholders if p.name not in names)
     return loaded + tuple(unloaded)
+
+
+def _with_protocol(record: SourceRecord, protocol: int | None) -> SourceRecord:
+    """``record`` with the RTR version its data was received at (an RTR source's only).
+
+    Data of a version-2 sync held by a source that now speaks only version 1 (no ASPA
+    capability: a downgrade trimmed its ASPAs) is stored in the retained shape of that
+    revocation (P-33): `NOT_INCREMENTAL_METADATA`, protocol 2, the sync's own times, never a
+    new v1 End of Data; recovery then starts the source with a Reset.
+    """
+    if protocol is None or record.kind != "rtr":
+        return record
+    revoked = protocol == 2 and not record.aspas and "aspa" not in record.capabilities
+    metadata = NOT_INCREMENTAL_METADATA if revoked else record.metadata_json
+    if record.protocol == protocol and record.metadata_json == metadata:
+        return record
+    return dataclasses.replace(record, protocol=protocol, metadata_json=metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -320,6 +381,7 @@ def plan_recovery(
             expires_at=None if record.expires_at >= NEVER else record.expires_at / US_PER_SECOND,
             rtr_session=record.rtr_session if incremental else None,
             rtr_serial=record.rtr_serial if incremental else None,
+            rtr_version=record.protocol,
         )
         if not incremental:
             plan.notes.append(f"source {record.name}: no incremental base, it starts with a Reset")

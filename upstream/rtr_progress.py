@@ -18,7 +18,7 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["BUCKETS", "ReplyProgress", "Violation"]
+__all__ = ["BUCKETS", "ReplyProgress", "ResponseTimeoutError", "Violation"]
 
 #: Buckets per rate window: the window slides in steps of ``window / BUCKETS``.
 BUCKETS = 32
@@ -32,6 +32,14 @@ class Violation:
     message: str
     #: True when not one octet of the reply had come.
     unanswered: bool = False
+
+
+class ResponseTimeoutError(Exception):
+    """Raised when a reply breaks a rule of `ReplyProgress` (stall, rate, deadline)."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(violation.message)
+        self.violation = violation
 
 
 class ReplyProgress:

@@ -11,8 +11,9 @@
 # ``retry_max``, reset by every successful sync); a version downgrade reconnects at once.
 # After a fatal error the data is withdrawn at once (a revoking `Delivery`). Every End of
 # Data is a new successful sync: it is delivered (the same payload object when nothing
-# changed) with a source-wide deadline of the shared effective time plus the cache's Expire
-# interval, which is what the aggregator judges; the Expire watch below also withdraws the
+# changed; data a downgrade trimmed keeps its sync's time and version) with a source-wide
+# deadline of the shared effective time plus the cache's Expire interval, which is what the
+# aggregator judges; the Expire watch below also withdraws the
 # data and resets the session on the monotonic clock. A query that gets no byte of answer
 # within ``response_timeout`` seconds ends the connection.
 #
@@ -62,7 +63,7 @@ from snapshot.snapshot import Snapshot
 from upstream.clock import Clock
 from upstream.payload import NO_EXPIRY, SourcePayload
 from upstream.rtr_address import parse_rtr_url
-from upstream.rtr_progress import ReplyProgress, Violation
+from upstream.rtr_progress import ReplyProgress, ResponseTimeoutError
 from upstream.source import Delivery, DeliverySink
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
@@ -117,14 +118,6 @@ def _enable_keepalive(stream: SocketStream) -> None:
         number = getattr(socket, option, None)
         if number is not None:
             sock.setsockopt(socket.IPPROTO_TCP, number, value)
-
-
-class _ResponseTimeoutError(Exception):
-    """Raised when a reply breaks a rule of `ReplyProgress` (stall, rate, deadline)."""
-
-    def __init__(self, violation: Violation) -> None:
-        super().__init__(violation.message)
-        self.violation = violation
 
 
 class RtrSource:
@@ -214,6 +207,7 @@ class RtrSource:
         #: The payload handed over last and the snapshot it was made from (reused unchanged).
         self._payload: tuple[Snapshot, SourcePayload] | None = None
         self._syncs = 0
+        self._sync: tuple[float, int, float | None] | None = None  # time, version, expiry
         #: Cancelled by `resync` to end the wait for the next poll.
         self._idle_scope: anyio.CancelScope | None = None
         self._resync = False
@@ -278,7 +272,7 @@ class RtrSource:
                 self.session.version,
             )
             return await self._pump(stream, sink)
-        except _ResponseTimeoutError as exc:
+        except ResponseTimeoutError as exc:
             self._failed("timeout", f"{self.cache} {exc.violation.message}")
             return False
         except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError, TimeoutError) as exc:
@@ -314,7 +308,7 @@ class RtrSource:
                         progress.start(now)
                     violation = progress.violation(now)
                     if violation is not None:
-                        raise _ResponseTimeoutError(violation)
+                        raise ResponseTimeoutError(violation)
                     deadline = progress.next_check(now)
                 else:
                     progress.stop()
@@ -391,7 +385,7 @@ class RtrSource:
         payload = self._payload_of(snapshot)
         if not action.changed and self._live:
             log.debug("source %s: serial %s, no change", self.name, self.session.serial)
-            self._emit(sink, payload, live=True)
+            self._emit(sink, payload, synced=action.synced)
             return
         log.info(
             "source %s: %s serial %s (session %s, version %d): %s",
@@ -402,7 +396,7 @@ class RtrSource:
             self.session.version,
             ", ".join(f"{k}={v}" for k, v in status.records.items()),
         )
-        self._emit(sink, payload, live=True)
+        self._emit(sink, payload, synced=action.synced)
 
     def _payload_of(self, snapshot: Snapshot) -> SourcePayload:
         cached = self._payload
@@ -463,20 +457,28 @@ class RtrSource:
             self.emitted += 1
             sink(Delivery.withdrawal(f"rtr:withdrawn:{self._syncs}".encode()))
 
-    def _emit(self, sink: DeliverySink, payload: SourcePayload, *, live: bool) -> None:
-        """Hand ``payload`` over as the data of the latest sync (its Expire runs from now)."""
-        self._live = live
+    def _emit(self, sink: DeliverySink, payload: SourcePayload, *, synced: bool) -> None:
+        """Hand ``payload`` over as the data of the latest sync (its Expire runs from then).
+
+        A downgrade's trim (not ``synced``) keeps that sync's time and version (P-33).
+        """
+        self._live = True
         self.status.attempted = True
         self.emitted += 1
         remaining = None if self._expire_at is None else self._expire_at - self.clock.monotonic()
-        synced_at = self.keeper.now()
+        if synced or self._sync is None:
+            now = self.keeper.now()
+            expires = None if remaining is None else now + remaining
+            self._sync = (now, self.session.version, expires)
+        synced_at, version, expires = self._sync
         sink(
             Delivery(
                 dataclasses.replace(payload, generated=math.floor(synced_at)),
                 f"rtr:sync:{self._syncs}".encode(),
-                expires_at=None if remaining is None else synced_at + remaining,
+                expires_at=expires,
                 rtr_session=self.session.session_id,
                 rtr_serial=self.session.serial,
+                rtr_version=version,
             )
         )
 

@@ -47,6 +47,8 @@ class Delivery:
     #: The RTR cache's session id and serial of this data (None for exports).
     rtr_session: int | None = None
     rtr_serial: int | None = None
+    #: The RTR protocol version the data was received at (None for exports).
+    rtr_version: int | None = None
     #: The data was withdrawn by the protocol (a fatal error, Expire): nothing of it may serve
     #: until a new payload is admitted.
     revoked: bool = False

@@ -60,6 +60,8 @@ class Recovered:
     expires_at: float | None = None
     rtr_session: int | None = None
     rtr_serial: int | None = None
+    #: The RTR protocol version the payload was received at (None for exports).
+    rtr_version: int | None = None
 
 
 @dataclass(eq=False, slots=True)
@@ -77,6 +79,8 @@ class SourceEntry:
     expires_at: float | None = None
     rtr_session: int | None = None
     rtr_serial: int | None = None
+    #: The RTR protocol version of the data in force (None for exports).
+    rtr_version: int | None = None
     untrusted: bool = False
     revoked: bool = False
     #: Holds a recovered payload its source has not replaced yet.
@@ -105,6 +109,7 @@ class SourceEntry:
         self.expires_at = recovered.expires_at
         self.rtr_session = recovered.rtr_session
         self.rtr_serial = recovered.rtr_serial
+        self.rtr_version = recovered.rtr_version
         self.recovered = True
         self.untrusted = self.revoked = False
         self.version += 1
@@ -126,6 +131,7 @@ class SourceEntry:
         self.expires_at = delivery.expires_at
         self.rtr_session = delivery.rtr_session
         self.rtr_serial = delivery.rtr_serial
+        self.rtr_version = delivery.rtr_version
         self.revoked = False
         self.recovered = False
         if same_input:

@@ -39,7 +39,8 @@ from upstream.closing import Handover, Offered, Publication, close_store
 from upstream.events import ClientSnapshot
 from upstream.merge import SourceInput
 from upstream.recovery import (
-    Placeholder,
+    NOTHING_CONFIGURED,
+    Configured,
     RecoveryPlan,
     SourceIdentity,
     build_state,
@@ -236,11 +237,13 @@ class StateKeeping:
         current: ClientSnapshot,
         published: Publication,
         keeper: Keeper,
-        configured: Sequence[Placeholder] = (),
+        configured: Configured = NOTHING_CONFIGURED,
     ) -> None:
         """Offer ``current`` (delivered as ``published``) as the next state, and note it.
 
-        The ``configured`` sources without a payload in it are stored as placeholders.
+        The ``configured`` sources without a payload in it are stored as placeholders, with
+        every configured group and the configuration's identity; its SLURM policy is stored
+        when ``current`` was judged under it (the same policy id).
         """
         async with self._lock():
             state_id = await self._offer(
@@ -261,7 +264,7 @@ class StateKeeping:
         self,
         config_revision: int,
         keeper: Keeper,
-        configured: Sequence[Placeholder],
+        configured: Configured,
         *,
         unless: Callable[[], bool],
     ) -> StateId | None:
@@ -307,7 +310,7 @@ class StateKeeping:
         keeper: Keeper,
         inputs: Sequence[SourceInput],
         evaluated_at: float,
-        configured: Sequence[Placeholder],
+        configured: Configured,
         active: Mapping[PayloadKind, str | None] | None = None,
         policy_id: str | None = None,
     ) -> StateId:
@@ -316,11 +319,13 @@ class StateKeeping:
         assert self.backend is not None
         self._generation += 1
         state_id = StateId(self._epoch, self._generation)
+        store_id = self.backend.store_id or ""
+        policy_json = configured.policy_json if configured.policy_id == policy_id else None
         # The values are taken now; only the conversion of the payloads runs in the thread.
         state = await anyio.to_thread.run_sync(
             functools.partial(
                 build_state,
-                store_id=self.backend.store_id or "",
+                store_id=store_id,
                 state_id=state_id,
                 config_revision=config_revision,
                 serial=serial,
@@ -333,9 +338,14 @@ class StateKeeping:
                 recovered_from=(
                     None if self.recovered_header is None else self.recovered_header.state_id
                 ),
-                placeholders=configured,
+                placeholders=configured.placeholders,
                 active=active,
                 policy_id=policy_id,
+                policy_json=policy_json,
+                groups=configured.groups,
+                config_store_id=store_id,
+                config_epoch=self._epoch,
+                config_identity=configured.identity,
             )
         )
         self.persister.offer(state)

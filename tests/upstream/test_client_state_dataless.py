@@ -31,7 +31,7 @@ A = [("192.0.2.0/24", 24, 64496)]
 def stored(db: Path) -> tuple[int, list[tuple[str, int]], int]:
     """(header revision, (name, complete) of every stored source, stored VRPs)."""
     with sqlite3.connect(db) as conn:
-        (revision,) = conn.execute("SELECT config_revision FROM header").fetchone()
+        (revision,) = conn.execute("SELECT config_revision FROM store_meta").fetchone()
         rows = conn.execute("SELECT name, complete FROM sources ORDER BY name").fetchall()
         (vrps,) = conn.execute("SELECT count(*) FROM vrps").fetchone()
     conn.close()

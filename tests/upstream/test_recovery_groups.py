@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from array import array
 
 import pytest
@@ -64,3 +65,51 @@ def test_the_group_that_contributed_a_kind_is_its_active_group(claimed: str | No
     """What the sources contributed decides; an unknown name is not recorded."""
     built = state({VRP: claimed, ASPA: "nowhere", KEY: None})
     assert built.active_groups == (("vrp", "main"),)
+
+
+def test_configured_groups_come_first_and_an_empty_one_is_kept() -> None:
+    built = build_state(
+        store_id="s" * 32,
+        state_id=StateId(1, 1),
+        config_revision=1,
+        serial=1,
+        session_ids=(1, 2, 3),
+        published_wall=W,
+        package_version="t",
+        inputs=[source("b", "main", frozenset({VRP}))],
+        groups=("spare", "main"),
+        config_store_id="s" * 32,
+        config_epoch=1,
+        config_identity="sha256:x",
+    )
+    assert [(g.group_id, g.name, g.source_names) for g in built.groups] == [
+        (0, "spare", ()),
+        (1, "main", ("b",)),
+    ]
+    assert built.sources[0].group_id == 1
+    assert (built.config_store_id, built.config_epoch, built.config_identity) == (
+        "s" * 32,
+        1,
+        "sha256:x",
+    )
+    assert built.policy_json is None  # none given
+
+
+def test_an_rtr_sources_protocol_is_stored_and_json_has_none() -> None:
+    rtr = dataclasses.replace(
+        source("r", "main", frozenset({VRP})), kind="rtr", location="rtr://192.0.2.1:323"
+    )
+    rtr = dataclasses.replace(rtr, protocol=1)
+    plain = dataclasses.replace(source("j", "main", frozenset({VRP})), protocol=None)
+    built = build_state(
+        store_id="s" * 32,
+        state_id=StateId(1, 1),
+        config_revision=1,
+        serial=1,
+        session_ids=(1, 2, 3),
+        published_wall=W,
+        package_version="t",
+        inputs=[rtr, plain],
+    )
+    assert {s.name: s.protocol for s in built.sources} == {"r": 1, "j": None}
+    assert all(s.incremental_usable for s in built.sources)
