@@ -23,7 +23,9 @@ class Limits:
     max_sources: int = 10_000
     #: Supports (stored payload rows: VRPs, Router Keys, ASPAs and their providers) in total.
     max_supports: int = 50_000_000
-    #: Octets of the large fields (VRP networks, Router Key SKIs and SPKIs) in total.
+    #: Octets of the state's exchange document, which the state digest streams under this
+    #: bound at every commit and read; a read first checks the stored large fields (VRP
+    #: networks, Router Key SKIs and SPKIs, never more than the document) against it in SQL.
     max_export_bytes: int = 1 << 30
     #: Octets of the metadata in total: every source's name, group, kind and location, and the
     #: header's text and digest columns (store id, package version, the digests).
