@@ -16,7 +16,12 @@ import json
 from typing import Any
 
 from persistence.errors import CorruptStateError, DamagedStateError, UnsupportedSchemaError
-from persistence.meta_digest import meta_digest, meta_values, publication_digest
+from persistence.meta_digest import (
+    meta_digest,
+    meta_values,
+    publication_digest,
+    publication_values,
+)
 from persistence.rows import as_blob, as_int, as_text
 from persistence.schema import (
     PUBLICATION_COLUMNS,
@@ -176,18 +181,8 @@ def store_meta_row(header: StateHeader) -> tuple[Any, ...]:
 
 def publication_row(header: StateHeader) -> tuple[Any, ...]:
     """The ``publication`` row of ``header``, in `PUBLICATION_COLUMNS` order."""
-    recovered = header.recovered_from
-    row = (
-        1,
-        header.serial,
-        *header.session_ids,
-        header.observed_at,
-        header.evaluated_digest,
-        None if recovered is None else recovered.epoch,
-        None if recovered is None else recovered.generation,
-        header.policy_json,
-        header.publication_digest,
-    )
+    # The values its digest covers, after the meta_digest they are chained to.
+    row = (1, *publication_values(header)[1:], header.publication_digest)
     assert len(row) == len(PUBLICATION_COLUMNS)
     return row
 
