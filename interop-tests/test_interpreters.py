@@ -206,7 +206,7 @@ def lab(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
 def _without_store(view: dict[str, Any]) -> dict[str, Any]:
     """A receipt+state view less what depends on the store id (its own per file)."""
     receipt = {k: v for k, v in view["receipt"].items() if k != "state_digest"}
-    own = {"store_id", "state_digest", "exchange_digest"}
+    own = {"store_id", "state_digest"}
     state = {k: v for k, v in view["state"].items() if k not in own}
     return {"receipt": receipt, "state": state}
 
@@ -214,10 +214,9 @@ def _without_store(view: dict[str, Any]) -> dict[str, Any]:
 def test_same_state_same_digests_and_spelling(lab: Lab) -> None:
     """Every interpreter computes the same digests, identities and deadlines for the fixed state.
 
-    The exchange digest is the SHA-256 of the state's exchange document, which spells every
-    mapped prefix ``::ffff:a.b.c.d/len`` under every interpreter (the stored state digest hashes
-    packed bytes: no text); how `ipaddress` and the library's
-    `Vrp` text spell it (CPython 3.13 changed it) is noted in the summary.
+    The state digest is the SHA-256 of the state's exchange document, which spells every mapped
+    prefix ``::ffff:a.b.c.d/len`` under every interpreter; how `ipaddress` spells it (CPython
+    3.13 changed it) is noted in the summary, beside the library's `Vrp` text.
     """
     docs = {i.name: lab.run(i, "spelling") for i in INTERPRETERS}
     versions = {name: doc["python"] for name, doc in docs.items()}
@@ -231,17 +230,14 @@ def test_same_state_same_digests_and_spelling(lab: Lab) -> None:
         # The library's own text (logs, HTTP, SLURM documents) is the same everywhere too.
         assert doc["library_vrp_str"].startswith(MAPPED_TEXT + "-"), name
         assert doc["exchange_mapped"] == MAPPED_IN_DOCUMENT, name
-        assert doc["exchange_sha256"] == doc["fixed_state"]["exchange_digest"], name
+        assert doc["exchange_sha256"] == doc["fixed_state"]["state_digest"], name
         summary.note(
             f"P-38 {name}: Python {doc['python']}, SQLite {doc['sqlite']}; "
             f"ipaddress {doc['ipaddress_str']!r}, Vrp text {doc['library_vrp_str']!r}, "
             f"exchange text {doc['exchange_text']!r}"
         )
     fixed = first["fixed_state"]
-    summary.note(
-        f"P-38 fixed state: state digest {fixed['state_digest']}, "
-        f"exchange digest {fixed['exchange_digest']}"
-    )
+    summary.note(f"P-38 fixed state: state digest {fixed['state_digest']}")
 
 
 def test_every_interpreter_reads_every_file(lab: Lab) -> None:

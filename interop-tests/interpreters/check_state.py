@@ -20,9 +20,9 @@ compares the documents of all interpreters. Commands:
     `ipaddress`, the library's `Vrp` text and the exchange format (`snapshot.prefix_text`,
     the text the state digest hashes) spell IPv4-mapped IPv6 prefixes.
 
-A state "view" holds the receipt, the recomputed state digest and exchange digest
-(`persistence.exchange.state_digest`), both again for the state under `CANONICAL_STORE` (equal
-for every file), each source's identity, content digest and packed VRP keys, and every raw
+A state "view" holds the receipt, the recomputed state digest (the SHA-256 of the exchange
+document, `persistence.exchange.state_digest`), it again for the state under `CANONICAL_STORE`
+(equal for every file), each source's identity, content digest and packed VRP keys, and every raw
 deadline (integer microseconds, `NEVER` included) in stored order.
 """
 
@@ -191,11 +191,9 @@ def state_view(state: PersistedState) -> dict[str, Any]:
     canonical = dataclasses.replace(state, store_id=CANONICAL_STORE)
     return {
         "store_id": state.store_id,
+        # The state digest: the SHA-256 of the state's exchange document.
         "state_digest": exchange_digest(state).hex(),
         "canonical_digest": exchange_digest(canonical).hex(),
-        # The exchange format's digest (SHA-256 of the state's exchange document).
-        "exchange_digest": exchange_digest(state).hex(),
-        "canonical_exchange_digest": exchange_digest(canonical).hex(),
         "sources": {
             s.name: {
                 "identity": s.identity,
