@@ -4,7 +4,7 @@ Both backends: the ``store_meta`` row holds exactly the contract's fields and it
 ``meta_digest`` is the SHA-256 of their canonical JSON array; duplicate supports keep their own
 ``support_id``; an ASPA's ``afi`` and the per-family coverage round-trip; the v2 -> v1
 revocation shape is stored and read back, and recovery makes it no Serial Query base; the
-shape rules (`persistence.state_shape`) refuse what no valid state holds.
+shape rules (`persistence.state.check_source`, `check_state`) refuse what no valid state holds.
 """
 
 from __future__ import annotations
