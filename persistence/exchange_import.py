@@ -31,6 +31,7 @@ from persistence.exchange_values import INT64_MAX, INT64_MIN, KIND_ORDER, Exchan
 from persistence.kinds import MODES
 from persistence.limits import LimitExceededError, Limits
 from persistence.state import GroupRecord, PersistedState, SourceRecord, StateId, UpstreamRef
+from persistence.supports import supported
 from snapshot.model import Aspa, PayloadError, RouterKey, pack_v4, pack_v6
 from snapshot.packed import V4, V6
 from snapshot.prefix_text import parse_prefix
@@ -328,38 +329,40 @@ class _Reader:
         accepted_at = _int(s["accepted_at"], f"{at}.accepted_at")
         return _model(
             at,
-            lambda: SourceRecord(
-                name=_str(s["name"], f"{at}.name"),
-                group=_str(s["group"], f"{at}.group"),
-                kind=_str(s["kind"], f"{at}.kind"),
-                complete=_bool(s["complete"], f"{at}.complete"),
-                capabilities=_kinds(s["capabilities"], f"{at}.capabilities"),
-                selected=_kinds(s["selected"], f"{at}.selected"),
-                accepted_at=accepted_at,
-                location=_str(s["location"], f"{at}.location"),
-                # Not in the document (no part of the digest): no later than it was accepted.
-                evaluated_at=accepted_at,
-                expires_at=_int(s["expires_at"], f"{at}.expires_at"),
-                rtr_session=_opt_int(s["rtr_session"], f"{at}.rtr_session", 0, 0xFFFF),
-                rtr_serial=_opt_int(s["rtr_serial"], f"{at}.rtr_serial", 0, ASN_MAX),
-                generated_at=_opt_int(s["generated_at"], f"{at}.generated_at"),
-                identity=_opt_str(s["identity"], f"{at}.identity"),
-                v4=v4,
-                v4_expires=v4_exp,
-                v6=v6,
-                v6_expires=v6_exp,
-                router_keys=keys,
-                aspas=tuple((aspa, expires) for aspa, _, expires in aspas),
-                group_id=_int(s["group_id"], f"{at}.group_id", 0),
-                protocol=_opt_int(s["protocol"], f"{at}.protocol", 0, 2),
-                present=_kinds(s["present"], f"{at}.present"),
-                invalidated=_bool(s["invalidated"], f"{at}.invalidated"),
-                aspa_afis=afis if any(afis) else b"",
-                metadata_json=_opt_str(s["metadata"], f"{at}.metadata"),
-                vrp_duplicates=dups,
-                router_key_duplicates=key_dups,
-                aspa_duplicates=aspa_dups,
-                **fields,
+            lambda: supported(
+                SourceRecord(
+                    name=_str(s["name"], f"{at}.name"),
+                    group=_str(s["group"], f"{at}.group"),
+                    kind=_str(s["kind"], f"{at}.kind"),
+                    complete=_bool(s["complete"], f"{at}.complete"),
+                    capabilities=_kinds(s["capabilities"], f"{at}.capabilities"),
+                    selected=_kinds(s["selected"], f"{at}.selected"),
+                    accepted_at=accepted_at,
+                    location=_str(s["location"], f"{at}.location"),
+                    # Not in the document (no part of the digest): no later than it was accepted.
+                    evaluated_at=accepted_at,
+                    expires_at=_int(s["expires_at"], f"{at}.expires_at"),
+                    rtr_session=_opt_int(s["rtr_session"], f"{at}.rtr_session", 0, 0xFFFF),
+                    rtr_serial=_opt_int(s["rtr_serial"], f"{at}.rtr_serial", 0, ASN_MAX),
+                    generated_at=_opt_int(s["generated_at"], f"{at}.generated_at"),
+                    identity=_opt_str(s["identity"], f"{at}.identity"),
+                    v4=v4,
+                    v4_expires=v4_exp,
+                    v6=v6,
+                    v6_expires=v6_exp,
+                    router_keys=keys,
+                    aspas=tuple((aspa, expires) for aspa, _, expires in aspas),
+                    group_id=_int(s["group_id"], f"{at}.group_id", 0),
+                    protocol=_opt_int(s["protocol"], f"{at}.protocol", 0, 2),
+                    present=_kinds(s["present"], f"{at}.present"),
+                    invalidated=_bool(s["invalidated"], f"{at}.invalidated"),
+                    aspa_afis=afis if any(afis) else b"",
+                    metadata_json=_opt_str(s["metadata"], f"{at}.metadata"),
+                    vrp_duplicates=dups,
+                    router_key_duplicates=key_dups,
+                    aspa_duplicates=aspa_dups,
+                    **fields,
+                )
             ),
         )
 

@@ -76,6 +76,7 @@ from persistence.state import (
     StateId,
 )
 from persistence.structure import StructureChecks
+from persistence.supports import check_state_supports
 from snapshot.model import PayloadError
 
 log = logging.getLogger(__name__)
@@ -282,6 +283,7 @@ class SqlStore(StructureChecks):
                 config_epoch=header.config_epoch,
                 config_identity=header.config_identity,
             )
+            check_state_supports(state)
         except ValueError as exc:  # e.g. two sources of one name, groups that disagree
             raise DamagedStateError(f"sources: {exc}") from exc
         if state_digest(state, limits=self.limits) != header.state_digest:
@@ -334,6 +336,7 @@ class SqlStore(StructureChecks):
             raise CommitConflictError(
                 f"state of store {state.store_id} cannot go into store {self.store_id}"
             )
+        check_state_supports(state)
         digest = state_digest(state, limits=self.limits)
         self._begin(write=True)
         try:

@@ -19,12 +19,17 @@ reports it as damage:
   in exactly one group (its ``group_id`` and name agree with the group's members), and each
   active group (per kind, or per ASPA family) is a group of that kind holding every source that
   contributes that kind; an aggregate ``aspa`` entry only when both families agree.
+
+The rule of duplicate supports (each is one of its source's entries and ends no later than it)
+spans a record's payload, so it is not checked when a record is built (a capture stays
+O(sources), P-09) but by `persistence.supports` on every commit, read and import.
 """
 
 from __future__ import annotations
 
 import json
 from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from persistence.kinds import (
@@ -154,12 +159,15 @@ class SourceRecord:
     #: format, trust configuration, validity policy; header values never): recovery revives
     #: the record only into a source of the same identity. None: stored before it was.
     identity: str | None = None
+    #: Packed VRP keys per family and their expiries. The expiries (and the router key and ASPA
+    #: sequences below) are arrays and tuples, or a `persistence.deferred.Deferred` over the
+    #: source payload's own when a state is captured for commit (P-09: built where written).
     v4: bytes = b""
-    v4_expires: array[int] = field(default_factory=lambda: array("q"))
+    v4_expires: Sequence[int] = field(default_factory=lambda: array("q"))
     v6: bytes = b""
-    v6_expires: array[int] = field(default_factory=lambda: array("q"))
-    router_keys: tuple[tuple[RouterKey, int], ...] = ()
-    aspas: tuple[tuple[Aspa, int], ...] = ()
+    v6_expires: Sequence[int] = field(default_factory=lambda: array("q"))
+    router_keys: Sequence[tuple[RouterKey, int]] = ()
+    aspas: Sequence[tuple[Aspa, int]] = ()
     #: Index of the source's group in `PersistedState.groups`.
     group_id: int = 0
     #: RTR protocol version of an rtr source's data (0, 1 or 2); None for a JSON source.
@@ -179,9 +187,9 @@ class SourceRecord:
     #: Extra supports of payloads already present (contract P-27: a duplicate keeps its own
     #: support position): VRPs as (family 4/6, packed key, expiry), router keys and ASPAs
     #: (with their afi) as (record, expiry).
-    vrp_duplicates: tuple[tuple[int, bytes, int], ...] = ()
-    router_key_duplicates: tuple[tuple[RouterKey, int], ...] = ()
-    aspa_duplicates: tuple[tuple[Aspa, int, int], ...] = ()
+    vrp_duplicates: Sequence[tuple[int, bytes, int]] = ()
+    router_key_duplicates: Sequence[tuple[RouterKey, int]] = ()
+    aspa_duplicates: Sequence[tuple[Aspa, int, int]] = ()
 
     def __post_init__(self) -> None:
         if isinstance(self.present, _FromCapabilities):
@@ -191,9 +199,6 @@ class SourceRecord:
             object.__setattr__(self, "aspa_families", both)
         if not 0 <= self.aspa_families <= ASPA_FAMILIES_BOTH:
             raise ValueError(f"source {self.name}: aspa_families out of range")
-        sizes = {4: V4_KEY_SIZE, 6: V6_KEY_SIZE}
-        if any(sizes.get(family) != len(key) for family, key, _ in self.vrp_duplicates):
-            raise ValueError(f"source {self.name}: a duplicate VRP of another family or size")
         if self.aspa_afis and len(self.aspa_afis) != len(self.aspas):
             raise ValueError(f"source {self.name}: one ASPA afi per ASPA")
         if any(afi > 2 for afi in self.aspa_afis):

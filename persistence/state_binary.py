@@ -11,9 +11,10 @@ from __future__ import annotations
 import hashlib
 import sys
 from array import array
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
+from persistence.deferred import built
 from persistence.kinds import kinds_to_mask
 
 if TYPE_CHECKING:
@@ -41,10 +42,10 @@ def _put_str(h: hashlib._Hash, value: str) -> None:
     h.update(data)
 
 
-def _big_endian(values: array[int]) -> bytes:
+def _big_endian(values: Sequence[int]) -> bytes:
     if sys.byteorder == "big":
-        return values.tobytes()
-    copy = array("q", values)
+        return array("q", values).tobytes()
+    copy = array("q", built(values))
     copy.byteswap()
     return copy.tobytes()
 

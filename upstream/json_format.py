@@ -4,7 +4,8 @@ Accepted shapes (unknown keys are ignored):
 
 * rpki-client ``-j``: ``roas`` (int ``asn``, ``expires``), ``bgpsec_keys`` (hex ``ski``, base64
   ``pubkey``), ASPA as current ``aspas: [{customer_asid, providers, expires}]`` or the 2022–23
-  per-AFI ``provider_authorizations: {ipv4: [...], ipv6: [...]}`` (merged per customer);
+  per-AFI ``provider_authorizations: {ipv4: [...], ipv6: [...]}`` (each entry keeps its afi, 1
+  or 2, as its own support; served merged per customer);
 * Routinator ``json``/``jsonext`` (``"AS123"`` strings, ``routerKeys``, ``aspas`` with
   ``customer``; jsonext ``source`` validity dates give the per-entry expiry);
 * StayRTR / GoRTR ``roas`` (``asn`` as number or ``"AS123"``).
@@ -201,7 +202,19 @@ _VRP: Final = _Marker("vrp")
 _LENGTHS: Final = {str(n): n for n in range(129)}
 _LENGTH_PAIRS: Final = [[bytes((m, p)) for p in range(129)] for m in range(129)]
 _KEY: Final = _Marker("router_key")
-_ASPA: Final = _Marker("aspa")
+
+
+class _AspaAt:
+    """Where the hook left an ASPA entry: its position in `_Collector.aspas`."""
+
+    __slots__ = ("index",)
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+
+
+#: The afi (0 both, 1 IPv4, 2 IPv6) of the ASPA entries of a section, by its label.
+_SECTION_AFI: Final = {"provider_authorizations.ipv4": 1, "provider_authorizations.ipv6": 2}
 
 
 class _Collector:
@@ -216,6 +229,8 @@ class _Collector:
         self.vrp_extras: list[tuple[bytes, int]] = []
         self.key_extras: list[tuple[RouterKey, int]] = []
         self.aspas: list[tuple[Aspa, int]] = []
+        #: The afi of each entry of ``aspas`` (set by section once the hook's parse is done).
+        self.aspa_afis = bytearray()
         self.counts = {"vrp": 0, "router_key": 0, "aspa": 0}
 
     def add_vrp(self, entry: dict[str, Any]) -> None:
@@ -244,9 +259,10 @@ class _Collector:
         else:
             self.key_extras.append((key, expires))
 
-    def add_aspa(self, entry: dict[str, Any]) -> None:
+    def add_aspa(self, entry: dict[str, Any], afi: int = 0) -> None:
         self.counts["aspa"] += 1
         self.aspas.append(_aspa(entry, self.max_providers))
+        self.aspa_afis.append(afi)
 
     def hook(self, obj: dict[str, Any]) -> object:
         prefix = obj.get("prefix")
@@ -261,7 +277,7 @@ class _Collector:
             return _KEY
         if ("customer_asid" in obj or "customer" in obj) and "providers" in obj:
             self.add_aspa(obj)
-            return _ASPA
+            return _AspaAt(len(self.aspas) - 1)
         return obj
 
     def _fast_vrp(self, obj: dict[str, Any], prefix: object) -> bool:
@@ -310,6 +326,7 @@ class _Collector:
                 for k, e in sorted(self.vrp_extras, key=_extra_order, reverse=True)
             ),
             tuple(sorted(self.key_extras, key=lambda ke: (ke[0].sort_key(), -ke[1]))),
+            bytes(self.aspa_afis) if any(self.aspa_afis) else b"",
         )
 
 
@@ -410,13 +427,21 @@ def parse_export(
 
     doc = _loads(data, hook)
     sections = _sections(doc)
-    markers = {"vrp": _VRP, "router_key": _KEY, "aspa": _ASPA}
+    markers = {"vrp": _VRP, "router_key": _KEY}
     seen = {"vrp": 0, "router_key": 0, "aspa": 0}
     for kind, _, items in sections:
         seen[kind] += len(items)
     if seen == fast.counts and all(
-        items.count(markers[kind]) == len(items) for kind, _, items in sections
+        all(type(item) is _AspaAt for item in items)
+        if kind == "aspa"
+        else items.count(markers[kind]) == len(items)
+        for kind, _, items in sections
     ):
+        for kind, label, items in sections:
+            afi = _SECTION_AFI.get(label, 0)
+            if kind == "aspa" and afi:
+                for item in items:
+                    fast.aspa_afis[item.index] = afi
         return fast.payload(_generated(doc))
     # Payload-shaped objects were not all where expected (or some entry is incomplete):
     # decode again without the hook and walk the payload sections one entry at a time.
@@ -452,13 +477,17 @@ def _slow_path(doc: dict[str, Any], max_aspa_providers: int) -> SourcePayload:
     required = {"vrp": ("prefix", "asn"), "router_key": ("asn",), "aspa": ("providers",)}
     for kind, label, items in _sections(doc):
         add = adders[kind]
+        afi = _SECTION_AFI.get(label, 0)
         for index, item in enumerate(items):
             if not isinstance(item, dict) or not all(f in item for f in required[kind]):
                 raise FormatError(
                     f"{label}[{index}]: missing {' or '.join(required[kind])}: {item!r:.200}"
                 )
             try:
-                add(item)
+                if afi:
+                    slow.add_aspa(item, afi)
+                else:
+                    add(item)
             except PayloadError as exc:
                 raise FormatError(f"{label}[{index}]: {exc}") from None
             except (KeyError, TypeError, AttributeError, ValueError) as exc:

@@ -29,7 +29,7 @@ class SourcePayload:
     raw support keeps its own position) are the extras ``vrp_duplicates`` (family 4/6, packed
     key, expiry) and ``router_key_duplicates``: only the extras are kept, none outlives its
     entry's expiry, so serving, expiry and diffs read the unique entries alone. ASPAs keep every
-    support in ``aspas`` (merged per customer only when served).
+    support in ``aspas`` (merged per customer only when served), each with its afi.
     """
 
     v4: bytes = b""
@@ -44,6 +44,13 @@ class SourcePayload:
     vrp_duplicates: tuple[tuple[int, bytes, int], ...] = ()
     #: Extra supports of keys in ``router_keys``: (key, expiry), sorted.
     router_key_duplicates: tuple[tuple[RouterKey, int], ...] = ()
+    #: One byte per ``aspas`` entry, its address family: 0 both (the current layout), 1 IPv4,
+    #: 2 IPv6 (the legacy per-family layout); empty means every entry is 0.
+    aspa_afis: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.aspa_afis and (len(self.aspa_afis) != len(self.aspas) or max(self.aspa_afis) > 2):
+            raise ValueError("one ASPA afi (0, 1 or 2) per ASPA entry")
 
     def earliest_expiry_after(self, now: float, kind: PayloadKind | None = None) -> int | None:
         """The first expiry after ``now`` of the entries of ``kind`` (every kind when None).

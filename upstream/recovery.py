@@ -21,7 +21,10 @@ import math
 from array import array
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
+from typing import Any, TypeVar
 
+from persistence.deferred import Deferred
 from persistence.state import (
     NEVER,
     NOT_INCREMENTAL_METADATA,
@@ -40,9 +43,34 @@ from upstream.payload import NO_EXPIRY, SourcePayload
 from upstream.selection import PayloadKind
 from upstream.source_entry import Recovered
 
+T = TypeVar("T")
+
 
 def _us(expires: int) -> int:
     return NEVER if expires >= NO_EXPIRY else expires * US_PER_SECOND
+
+
+def _us_array(seconds: array[int]) -> array[int]:
+    us, never, no_expiry = US_PER_SECOND, NEVER, NO_EXPIRY
+    return array("q", [never if e >= no_expiry else e * us for e in seconds])
+
+
+def _us_last(items: Sequence[tuple[Any, ...]]) -> tuple[Any, ...]:
+    return tuple((*head, _us(e)) for *head, e in items)
+
+
+def _deferred_us(seconds: array[int]) -> Sequence[int]:
+    """``seconds`` as stored microseconds, built on first use (P-09: capture shares them)."""
+    if not seconds:
+        return array("q")
+    return Deferred(len(seconds), partial(_us_array, seconds))
+
+
+def _deferred_last(items: Sequence[T]) -> Sequence[T]:
+    """Tuples whose last member (an expiry in seconds) is stored microseconds, built on use."""
+    if not items:
+        return ()
+    return Deferred(len(items), partial(_us_last, items))  # type: ignore[arg-type]
 
 
 def _seconds(expires_us: int, cap_us: int) -> int:
@@ -56,7 +84,10 @@ def to_record(
     """The persisted form of one source's payload (expiry in microseconds).
 
     ``evaluated_wall`` is the effective time the build judged the payload at; the record's
-    ``evaluated_at`` is never earlier than its ``accepted_at``.
+    ``evaluated_at`` is never earlier than its ``accepted_at``. O(1) in the payload's size: the
+    record shares the payload's packed keys, and its expiries, router keys and ASPAs are
+    `persistence.deferred.Deferred` views over the payload's own, converted to microseconds
+    where they are first read (the digest and the rows, on the persister's thread; P-09).
     """
     payload = source.payload
     return SourceRecord(
@@ -75,13 +106,14 @@ def to_record(
         identity=identity,
         generated_at=None if payload.generated is None else payload.generated * US_PER_SECOND,
         v4=payload.v4,
-        v4_expires=array("q", map(_us, payload.v4_expires)),
+        v4_expires=_deferred_us(payload.v4_expires),
         v6=payload.v6,
-        v6_expires=array("q", map(_us, payload.v6_expires)),
-        router_keys=tuple((key, _us(e)) for key, e in payload.router_keys),
-        aspas=tuple((aspa, _us(e)) for aspa, e in payload.aspas),
-        vrp_duplicates=tuple((family, key, _us(e)) for family, key, e in payload.vrp_duplicates),
-        router_key_duplicates=tuple((key, _us(e)) for key, e in payload.router_key_duplicates),
+        v6_expires=_deferred_us(payload.v6_expires),
+        router_keys=_deferred_last(payload.router_keys),
+        aspas=_deferred_last(payload.aspas),
+        aspa_afis=payload.aspa_afis,
+        vrp_duplicates=_deferred_last(payload.vrp_duplicates),
+        router_key_duplicates=_deferred_last(payload.router_key_duplicates),
     )
 
 
@@ -95,6 +127,7 @@ def to_payload(record: SourceRecord) -> SourcePayload:
         v6_expires=array("q", (_seconds(e, cap) for e in record.v6_expires)),
         router_keys=tuple((key, _seconds(e, cap)) for key, e in record.router_keys),
         aspas=tuple((aspa, _seconds(e, cap)) for aspa, e in record.aspas),
+        aspa_afis=record.aspa_afis,
         generated=None if record.generated_at is None else record.generated_at // US_PER_SECOND,
         vrp_duplicates=tuple(
             (family, key, _seconds(e, cap)) for family, key, e in record.vrp_duplicates

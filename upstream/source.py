@@ -148,6 +148,8 @@ def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
         h.update(len(aspa.providers).to_bytes(4, "big"))
         h.update(b"".join(p.to_bytes(4, "big") for p in aspa.providers))
         h.update(aspa_expires.to_bytes(8, "big", signed=True))
+    h.update(len(payload.aspa_afis).to_bytes(8, "big"))
+    h.update(payload.aspa_afis)
     return h.digest()
 
 

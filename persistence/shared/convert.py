@@ -23,8 +23,7 @@ earliest end among those sources' ends of validity and their kept ASPA entries o
 
 from __future__ import annotations
 
-from array import array
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from persistence.kinds import ASPA_FAMILY_V4, ASPA_FAMILY_V6
@@ -160,7 +159,7 @@ def _family_group(recorded: Mapping[str, str], afi: Afi) -> str | None:
 
 
 def _keys(
-    packed: bytes, expires: array[int], width: int, cap: int, now: int
+    packed: bytes, expires: Sequence[int], width: int, cap: int, now: int
 ) -> Iterable[tuple[bytes, int]]:
     for index, expiry in enumerate(expires):
         end = min(expiry, cap)

@@ -80,9 +80,10 @@ def realistic_sources(variant: int = 0) -> tuple[SourceRecord, ...]:
         aspa_afis=bytes([0, 0, 2]),
         metadata_json='{"format":"rpki-client"}',
         # Duplicate supports of a VRP, a router key and an ASPA already present (P-27).
-        vrp_duplicates=((4, v4a[10:20], T0 + 60 * US), (6, v6a[:22], NEVER)),
+        # Each ends no later than its entry, which holds the latest end of its supports.
+        vrp_duplicates=((4, v4a[10:20], T0 + 60 * US), (6, v6a[:22], T0 + 1800 * US)),
         router_key_duplicates=(keys[0],),
-        aspa_duplicates=((aspas[0][0], 2, T0 + 1200 * US),),
+        aspa_duplicates=((aspas[2][0], 2, T0 - 6),),
     )
     v4b, v4b_exp = _v4(
         [
@@ -265,9 +266,9 @@ def source_fields(source: SourceRecord) -> tuple[object, ...]:
         source.rtr_serial,
         source.generated_at,
         source.v4,
-        source.v4_expires.tolist(),
+        list(source.v4_expires),
         source.v6,
-        source.v6_expires.tolist(),
+        list(source.v6_expires),
         source.router_keys,
         source.aspas,
         source.group_id,

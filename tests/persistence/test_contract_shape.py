@@ -117,7 +117,12 @@ async def test_duplicate_supports_keep_their_own_positions(kind: str, tmp_path: 
     assert [r[0] for r in vrps] == list(range(http.vrp_count + len(http.vrp_duplicates)))
     assert [(r[1], r[3]) for r in vrps[-2:]] == [(f, e) for f, _, e in http.vrp_duplicates]
     assert vrps[-2][2] == vrps[1][2]  # a second support of a VRP already present
-    assert [(r[1], r[2]) for r in aspas] == [(64496, 0), (65000, 0), (0xFFFF_FFFF, 2), (64496, 2)]
+    assert [(r[1], r[2]) for r in aspas] == [
+        (64496, 0),
+        (65000, 0),
+        (0xFFFF_FFFF, 2),
+        (0xFFFF_FFFF, 2),
+    ]
     assert tuple(keys) == (3, 2)
 
 
@@ -174,7 +179,6 @@ BAD_SOURCES: dict[str, Callable[[SourceRecord], SourceRecord]] = {
         metadata_json='{"rtr":{"incremental_usable":false,"x":1}}',
     ),
     "metadata-no-object": lambda s: replace(s, metadata_json="[1]"),
-    "duplicate-of-another-size": lambda s: replace(s, vrp_duplicates=((6, s.v4[:10], 0),)),
     "protocol-3": lambda s: replace(s, protocol=3),
 }
 

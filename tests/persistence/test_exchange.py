@@ -80,10 +80,13 @@ def sources(
     aspa = st.builds(Aspa, st.integers(1, 2**32 - 1), st.lists(ASN, min_size=1, max_size=5))
     aspas = [] if revoked else draw(st.lists(st.tuples(aspa, INT64), max_size=3))
     afis = [draw(afi) for _ in aspas]
-    supports = [(4, k) for k in v4] + [(6, k) for k in v6]
-    vrp_dups = (
-        draw(st.lists(st.tuples(st.sampled_from(supports), INT64), max_size=3)) if supports else []
-    )
+    v4_expires = draw(st.lists(INT64, min_size=len(v4), max_size=len(v4)))
+    v6_expires = draw(st.lists(INT64, min_size=len(v6), max_size=len(v6)))
+    # A duplicate support is one of the source's entries, ending no later than it (P-27).
+    supports = [(4, k, e) for k, e in zip(v4, v4_expires, strict=True)]
+    supports += [(6, k, e) for k, e in zip(v6, v6_expires, strict=True)]
+    chosen = draw(st.lists(st.sampled_from(supports), max_size=3)) if supports else []
+    vrp_dups = [(f, k, draw(st.integers(-(2**63), e))) for f, k, e in chosen]
     selected = draw(KINDS) & allowed
     present = draw(KINDS)
     if revoked:  # the retained shape of a v2 -> v1 ASPA revocation (P-33)
@@ -103,9 +106,9 @@ def sources(
         generated_at=draw(st.none() | INT64),
         identity=draw(st.none() | TEXT),
         v4=b"".join(v4),
-        v4_expires=array("q", draw(st.lists(INT64, min_size=len(v4), max_size=len(v4)))),
+        v4_expires=array("q", v4_expires),
         v6=b"".join(v6),
-        v6_expires=array("q", draw(st.lists(INT64, min_size=len(v6), max_size=len(v6)))),
+        v6_expires=array("q", v6_expires),
         router_keys=tuple(keys),
         aspas=tuple(aspas),
         group_id=group[0],
@@ -115,12 +118,13 @@ def sources(
         aspa_families=families,
         aspa_afis=bytes(afis) if any(afis) else b"",
         metadata_json=NOT_INCREMENTAL_METADATA if revoked else draw(st.none() | METADATA),
-        vrp_duplicates=tuple((family, key, expires) for (family, key), expires in vrp_dups),
+        vrp_duplicates=tuple(vrp_dups),
         router_key_duplicates=tuple(draw(st.lists(st.sampled_from(keys), max_size=2)))
         if keys
         else (),
         aspa_duplicates=tuple(
-            (a, draw(afi), e) for a, e in draw(st.lists(st.sampled_from(aspas), max_size=2))
+            (aspas[i][0], afis[i], draw(st.integers(-(2**63), aspas[i][1])))
+            for i in draw(st.lists(st.integers(0, len(aspas) - 1), max_size=2))
         )
         if aspas
         else (),

@@ -136,7 +136,16 @@ def storable_state(store_id: str) -> PersistedState:
         [pack_v6(0xFFFF_C000_0200, 120, 128, 64496), pack_v6(0xFFFF_0000_0000, 96, 96, 0)],
         reverse=True,
     )
-    first = replace(state.sources[0], v6=b"".join(mapped), v6_expires=array("q", [NEVER, T]))
+    source = state.sources[0]
+    first = replace(
+        source,
+        v6=b"".join(mapped),
+        v6_expires=array("q", [NEVER, T]),
+        # A duplicate support is one of the entries (P-27): the first mapped one here.
+        vrp_duplicates=tuple(
+            (f, k, e) if f == 4 else (6, mapped[0], T) for f, k, e in source.vrp_duplicates
+        ),
+    )
     return replace(state, sources=(first, *state.sources[1:]))
 
 
