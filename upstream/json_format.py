@@ -29,6 +29,7 @@ import socket
 from array import array
 from collections.abc import Callable, Iterable
 from datetime import datetime
+from functools import partial
 from typing import Any, Final
 
 from snapshot.model import (
@@ -472,22 +473,21 @@ def _slow_path(doc: dict[str, Any], max_aspa_providers: int) -> SourcePayload:
     adders: dict[str, Callable[[dict[str, Any]], None]] = {
         "vrp": slow.add_vrp,
         "router_key": slow.add_router_key,
-        "aspa": slow.add_aspa,
     }
     required = {"vrp": ("prefix", "asn"), "router_key": ("asn",), "aspa": ("providers",)}
     for kind, label, items in _sections(doc):
-        add = adders[kind]
-        afi = _SECTION_AFI.get(label, 0)
+        add = (
+            partial(slow.add_aspa, afi=_SECTION_AFI.get(label, 0))
+            if kind == "aspa"
+            else adders[kind]
+        )
         for index, item in enumerate(items):
             if not isinstance(item, dict) or not all(f in item for f in required[kind]):
                 raise FormatError(
                     f"{label}[{index}]: missing {' or '.join(required[kind])}: {item!r:.200}"
                 )
             try:
-                if afi:
-                    slow.add_aspa(item, afi)
-                else:
-                    add(item)
+                add(item)
             except PayloadError as exc:
                 raise FormatError(f"{label}[{index}]: {exc}") from None
             except (KeyError, TypeError, AttributeError, ValueError) as exc:
