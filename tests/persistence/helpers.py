@@ -14,8 +14,9 @@ from persistence.backend import ThreadedBackend
 from persistence.duckdb_backend import DuckDBBackend
 from persistence.sql_backend import SqlBackend
 from persistence.sqlite_backend import SQLiteBackend
+from persistence.state import PersistedState, StateId
 from tests.clock import FakeClock
-from tests.persistence.states import T0, US
+from tests.persistence.states import T0, US, make_state
 
 KINDS = ("sqlite", "duckdb")
 ROOT = Path(__file__).resolve().parents[2]
@@ -76,3 +77,12 @@ def raw(kind: str, path: Path) -> Iterator[Any]:
         yield db
     finally:
         db.close()
+
+
+async def first_commit(kind: str, path: Path) -> PersistedState:
+    """Create the store at ``path`` and commit ``make_state`` at generation 1, serial 1 into it."""
+    async with opened(kind, path) as backend:
+        assert backend.store_id is not None
+        state = make_state(backend.store_id, StateId(1, 1))
+        await backend.commit(state, None)
+    return state

@@ -28,17 +28,11 @@ from persistence.state import (
     StateId,
 )
 from snapshot.model import Aspa
-from tests.persistence.helpers import KINDS, opened, raw
+from tests.persistence.helpers import opened, raw
 from tests.persistence.states import T0, US, assert_same_state, make_state, realistic_sources
 from upstream.recovery import SourceIdentity, plan_recovery
 
 pytestmark = pytest.mark.anyio
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    """Each test runs once per backend."""
-    return str(request.param)
 
 
 def revoked(source: SourceRecord) -> SourceRecord:

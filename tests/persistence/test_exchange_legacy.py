@@ -19,7 +19,7 @@ import pytest
 from persistence.errors import CorruptStateError
 from persistence.exchange import encode, state_digest
 from persistence.meta_digest import meta_digest, publication_digest
-from tests.persistence.helpers import KINDS, make, opened, raw
+from tests.persistence.helpers import make, opened, raw
 from tests.persistence.test_exchange_spec import storable_state
 
 pytestmark = pytest.mark.anyio
@@ -29,11 +29,6 @@ SPELLINGS = {
     b'"::ffff:192.0.2.0/120"': b'"::ffff:c000:200/120"',
     b'"::ffff:0.0.0.0/96"': b'"::ffff:0:0/96"',
 }
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
 
 
 def legacy_digest(document: bytes) -> bytes:

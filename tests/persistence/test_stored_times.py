@@ -26,19 +26,13 @@ from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import PersistedState, StateId
 from persistence.state_binary import evaluated_digest
 from tests.clock import FakeClock
-from tests.persistence.helpers import KINDS, START, make, opened, raw, wall_us
+from tests.persistence.helpers import START, make, opened, raw, wall_us
 from tests.persistence.states import US, assert_same_state, make_state, realistic_sources
 
 pytestmark = pytest.mark.anyio
 
 DATA = Path(__file__).parent / "data"
 HOUR = 3600 * US
-
-
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    """Each test runs once per backend."""
-    return str(request.param)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from persistence.exchange_values import ExchangeFormatError
 from persistence.state import NEVER, SourceRecord, StateId
 from persistence.supports import check_supports
 from snapshot.model import Aspa, RouterKey, pack_v4
-from tests.persistence.helpers import KINDS, opened, raw
+from tests.persistence.helpers import first_commit, opened, raw
 from tests.persistence.states import T0, make_state, realistic_sources
 
 pytestmark = pytest.mark.anyio
@@ -56,12 +56,6 @@ BAD: dict[str, Change] = {
 }
 
 
-@pytest.fixture(params=KINDS)
-def kind(request: pytest.FixtureRequest) -> str:
-    """Each store test runs once per backend."""
-    return str(request.param)
-
-
 def test_the_fixture_holds_valid_duplicates_of_every_family() -> None:
     http = realistic_sources()[0]
     assert http.vrp_duplicates
@@ -92,11 +86,9 @@ async def test_a_commit_of_a_bad_duplicate_is_refused_and_writes_nothing(
     kind: str, tmp_path: Path, change: str
 ) -> None:
     path = tmp_path / "state.db"
+    good = await first_commit(kind, path)
     async with opened(kind, path) as backend:
-        assert backend.store_id is not None
-        good = make_state(backend.store_id, StateId(1, 1))
-        await backend.commit(good, None)
-        bad = make_state(backend.store_id, StateId(1, 2))
+        bad = make_state(good.store_id, StateId(1, 2))
         bad = replace(bad, sources=(BAD[change](bad.sources[0]), *bad.sources[1:]))
         with pytest.raises(ValueError, match="a duplicate"):
             await backend.commit(bad, good.state_id)
@@ -109,9 +101,7 @@ async def test_a_file_whose_duplicate_outlives_its_entry_is_damaged(
     kind: str, tmp_path: Path
 ) -> None:
     path = tmp_path / "state.db"
-    async with opened(kind, path) as backend:
-        assert backend.store_id is not None
-        await backend.commit(make_state(backend.store_id, StateId(1, 1)), None)
+    await first_commit(kind, path)
     with raw(kind, path) as db:
         # The VRP supports after the entries are the duplicates: make them never end (one's
         # entry does end).

@@ -20,9 +20,8 @@ from persistence.sqlite_backend import SQLiteBackend
 from persistence.state import StateId
 from snapshot.model import Aspa
 from tests.upstream.helpers import dumps, roa
-from tests.upstream.test_json_duplicates import W, state
+from tests.upstream.test_json_duplicates import W, restarted, state
 from upstream.json_format import parse_export
-from upstream.recovery import SourceIdentity, plan_recovery, to_payload
 from upstream.source import payload_identity
 
 pytestmark = pytest.mark.anyio
@@ -112,21 +111,10 @@ async def test_the_family_is_stored_digested_and_recovered(tmp_path: Path) -> No
     assert rows == [(64502, 0), (64496, 1), (64499, 1), (64496, 2), (64500, 2), (64501, 2)]
     assert families == 3
 
-    backend = ThreadedBackend(SQLiteBackend(path))
-    await backend.open()
-    try:
-        read = await backend.read_state()
-        assert read is not None
-        header, stored = read
-        assert header.state_digest == state_digest(first) == state_digest(stored)
-        assert to_payload(stored.sources[0]) == payload
-        identity = SourceIdentity("dups", "file", "/data/dups.json")
-        plan = plan_recovery(header, stored, [identity], wall=W, clock_tolerance=0)
+    async with restarted(path, first, payload) as (_, plan):
         assert plan.recovered["dups"].payload.aspa_afis == payload.aspa_afis
         assert plan.snapshot is not None
         assert plan.snapshot.aspas == payload.snapshot_at(W).aspas
-    finally:
-        assert await backend.close()
 
 
 def test_an_afi_change_alone_changes_the_digest() -> None:

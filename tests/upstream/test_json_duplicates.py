@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import sqlite3
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
@@ -23,7 +25,13 @@ from tests.upstream.helpers import SKI_HEX, SPKI_B64, dumps, roa, router_key
 from upstream.json_format import parse_entries, parse_export
 from upstream.merge import SourceInput
 from upstream.payload import NO_EXPIRY, SourcePayload
-from upstream.recovery import SourceIdentity, build_state, plan_recovery, to_payload
+from upstream.recovery import (
+    RecoveryPlan,
+    SourceIdentity,
+    build_state,
+    plan_recovery,
+    to_payload,
+)
 from upstream.selection import PayloadKind
 
 pytestmark = pytest.mark.anyio
@@ -150,6 +158,25 @@ def supports(path: Path) -> dict[str, list[tuple[object, ...]]]:
         db.close()
 
 
+@asynccontextmanager
+async def restarted(
+    path: Path, first: PersistedState, payload: SourcePayload
+) -> AsyncIterator[tuple[ThreadedBackend, RecoveryPlan]]:
+    """Reopen ``path``: its state has ``first``'s digest and gives ``payload`` back; plan."""
+    backend = ThreadedBackend(SQLiteBackend(path))
+    await backend.open()
+    try:
+        read = await backend.read_state()
+        assert read is not None
+        header, stored = read
+        assert header.state_digest == state_digest(first) == state_digest(stored)
+        assert to_payload(stored.sources[0]) == payload
+        identity = SourceIdentity("dups", "file", "/data/dups.json")
+        yield backend, plan_recovery(header, stored, [identity], wall=W, clock_tolerance=0)
+    finally:
+        assert await backend.close()
+
+
 async def test_duplicates_are_stored_digested_and_survive_a_restart(tmp_path: Path) -> None:
     path = tmp_path / "state.db"
     payload = parse_export(dumps(with_duplicates()))
@@ -180,23 +207,12 @@ async def test_duplicates_are_stored_digested_and_survive_a_restart(tmp_path: Pa
     assert rows["aspa_providers"] == [(s, i, p) for s in range(3) for i, p in enumerate((1, 2))]
 
     # Restart: the stored state, the recovered payload and a new commit of it agree.
-    backend = ThreadedBackend(SQLiteBackend(path))
-    await backend.open()
-    try:
-        read = await backend.read_state()
-        assert read is not None
-        header, stored = read
-        assert header.state_digest == state_digest(first) == state_digest(stored)
-        assert to_payload(stored.sources[0]) == payload
-        identity = SourceIdentity("dups", "file", "/data/dups.json")
-        plan = plan_recovery(header, stored, [identity], wall=W, clock_tolerance=0)
+    async with restarted(path, first, payload) as (backend, plan):
         recovered = plan.recovered["dups"].payload
         assert recovered == payload
         assert plan.snapshot == parse_export(dumps(without_duplicates())).snapshot_at(W)
         assert state_digest(state(store_id, first.state_id, recovered)) == state_digest(first)
         await backend.commit(state(store_id, StateId(2, 1), recovered), first.state_id)
-    finally:
-        assert await backend.close()
     assert supports(path) == rows
 
 
