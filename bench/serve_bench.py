@@ -11,6 +11,10 @@ shift_times.py, since StayRTR drops expired entries) and the same client, in the
   over a second 1,000 after a first unmeasured 1,000.
 
     .venv/bin/python bench/serve_bench.py [--data DIR] [--skip-stayrtr] [--idle 1000]
+        [--vrps N --aspas M]
+
+``--vrps N`` serves a table scaled by ``bench/gen_table.py`` (the real one's shapes, N VRPs and
+M ASPAs, times shifted to now) instead of the real table.
 
 Needs StayRTR from Debian (`apt-get install stayrtr`). Prints a table and the ratios.
 """
@@ -110,7 +114,7 @@ def rss_kib(pid: int, key: str = "VmRSS") -> int:
     return 0
 
 
-async def wait_serving(port: int, deadline: float) -> bytes:
+async def wait_serving(port: int, deadline: float, expected: int) -> bytes:
     """Retry Reset Queries until the whole table comes back; returns that reply."""
     while time.monotonic() < deadline:
         try:
@@ -119,20 +123,22 @@ async def wait_serving(port: int, deadline: float) -> bytes:
             await anyio.sleep(0.02)
             continue
         counts = count_pdus(data)
-        if counts.get(4, 0) + counts.get(6, 0) == EXPECTED_VRPS:
+        if counts.get(4, 0) + counts.get(6, 0) == expected:
             return data
         await anyio.sleep(0.02)
     raise TimeoutError("server did not serve the full table in time")
 
 
-async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], idle: int) -> Result:
+async def measure(
+    name: str, start: Callable[[int], subprocess.Popen[bytes]], idle: int, expected: int
+) -> Result:
     """Start one server and measure it."""
     result = Result(name)
     port = free_port()
     t0 = time.monotonic()
     proc = start(port)
     try:
-        data = await wait_serving(port, t0 + 120)
+        data = await wait_serving(port, t0 + 120, expected)
         result.start_to_serving = time.monotonic() - t0
         if idle:
             # First, so that no dump's transient buffers are released while it measures.
@@ -146,7 +152,7 @@ async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], id
             _, data = await dump(port, keep=True)
             best = min(best, time.monotonic() - t)
         counts = count_pdus(data)
-        assert counts.get(4, 0) + counts.get(6, 0) == EXPECTED_VRPS, counts
+        assert counts.get(4, 0) + counts.get(6, 0) == expected, counts
         result.one_dump = best
         for n in (10, 50):
             t = time.monotonic()
@@ -221,20 +227,22 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=ROOT.parent / "shared/data")
     parser.add_argument("--skip-stayrtr", action="store_true")
     parser.add_argument("--idle", type=int, default=1000, help="idle sessions to open (0: skip)")
+    parser.add_argument("--vrps", type=int, help="serve a table scaled to this many VRPs")
+    parser.add_argument("--aspas", type=int, default=3000, help="ASPAs of the scaled table")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     tmp = Path(tempfile.mkdtemp(prefix="rtr-bench-"))
     current = tmp / "current.json"
-    subprocess.run(
-        [
-            sys.executable,
-            str(ROOT.parent / "shared/tools/shift_times.py"),
-            str(args.data / TABLE),
-            str(current),
-        ],
-        check=True,
-    )
+    expected = EXPECTED_VRPS if args.vrps is None else args.vrps
+    if args.vrps is None:
+        make = [str(ROOT.parent / "shared/tools/shift_times.py"), str(args.data / TABLE)]
+        make.append(str(current))
+    else:
+        make = [str(ROOT / "bench/gen_table.py"), str(current), "--shift-to-now"]
+        make += ["--vrps", str(args.vrps), "--aspas", str(args.aspas)]
+        make += ["--source", str(args.data / TABLE)]
+    subprocess.run([sys.executable, *make], check=True)
 
     def start_ours(port: int) -> subprocess.Popen[bytes]:
         exe = Path(sys.executable).with_name("rtr-serve")
@@ -276,12 +284,12 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
 
-    results = [anyio.run(measure, "rtr-serve", start_ours, args.idle)]
+    results = [anyio.run(measure, "rtr-serve", start_ours, args.idle, expected)]
     if not args.skip_stayrtr:
         if shutil.which("stayrtr") is None:
             print("stayrtr not installed (apt-get install stayrtr)")
             return 2
-        results.append(anyio.run(measure, "stayrtr", start_stayrtr, 0))
+        results.append(anyio.run(measure, "stayrtr", start_stayrtr, 0, expected))
     shutil.rmtree(tmp, ignore_errors=True)
     print(
         f"\n{'server':<10} {'start s':>8} {'1 dump s':>9} {'10 dumps s':>11} {'50 dumps s':>11} {'peak RSS MiB':>13}"
