@@ -1,6 +1,7 @@
 """Benchmark (run by hand): persisted state of the real table on SQLite and DuckDB.
 
-For each backend, with the real table evaluated at its own build time (--reference-time):
+For each backend, with the real table's times shifted to now (``shared/tools/shift_times.py``;
+``--state`` refuses ``--reference-time``, which evaluates offline):
 
 * first commit (empty file) and a replacing commit of the 723k-VRP state, through the app's
   persistence worker and the backend directly;
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,16 +31,13 @@ from rtr_server import __version__
 from rtr_server.app import App
 from rtr_server.app_config import AppConfig
 from rtr_server.settings import ListenAddress, ServerSettings
-from upstream.clock import FixedWallClock
+from upstream.clock import SystemClock
 from upstream.recovery import build_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.serve_bench import EXPECTED_VRPS, TABLE, count_pdus, dump, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
-#: The table's own build time (from its file name).
-REFERENCE = "2025-07-20T09:31:35Z"
-REFERENCE_UNIX = 1_753_003_895.0
 
 
 def file_size(path: Path) -> int:
@@ -55,12 +52,11 @@ async def persist(source: Path, location: StateLocation) -> dict[str, float]:
     config = AppConfig(
         sources=(source,),
         server=ServerSettings(listen=(ListenAddress("127.0.0.1", 0),)),
-        reference_time=REFERENCE_UNIX,
         state=location,
     )
     out: dict[str, float] = {}
     async with anyio.create_task_group() as tg:
-        app = App(config, FixedWallClock(REFERENCE_UNIX))
+        app = App(config, SystemClock())
         await tg.start(app.run)
         assert app.persister is not None
         with anyio.fail_after(300):
@@ -79,7 +75,7 @@ async def persist(source: Path, location: StateLocation) -> dict[str, float]:
             config_revision=0,
             serial=app.state.serial.value,
             session_ids=(ids.v0, ids.v1, ids.v2),
-            published_wall=REFERENCE_UNIX,
+            published_wall=time.time(),
             package_version=__version__,
             inputs=current.inputs,
         )
@@ -102,8 +98,6 @@ async def recover(source: Path, location: StateLocation) -> dict[str, float]:
             str(source),
             "--state",
             str(location),
-            "--reference-time",
-            REFERENCE,
             "--listen",
             f"127.0.0.1:{port}",
         ],
@@ -137,8 +131,9 @@ async def recover(source: Path, location: StateLocation) -> dict[str, float]:
 async def main_async(data: Path, backends: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="state-bench-") as tmp:
         for backend in backends:
-            source = Path(tmp) / f"table-{backend}.json.bz2"
-            shutil.copy(data / TABLE, source)
+            source = Path(tmp) / f"table-{backend}.json"
+            shift = ROOT.parent / "shared/tools/shift_times.py"
+            await anyio.run_process([sys.executable, str(shift), str(data / TABLE), str(source)])
             location = StateLocation(backend, Path(tmp) / f"state.{backend}")
             timings = await persist(source, location)
             size = file_size(location.path)

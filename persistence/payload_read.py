@@ -72,21 +72,7 @@ def read_payloads(
 ) -> dict[int, Payloads]:
     """Every source's payloads (source id -> `Payloads`); `KeyError` for an unknown source id."""
     out = {sid: Payloads(c) for sid, c in counts.items()}
-    pack4, pack6 = V4.fields.pack, V6.fields.pack
-    columns = "source_id, support_id, family, network, max_length, prefix_length, asn, expires_at"
-    sql = f"SELECT {columns} FROM vrps {vrp_order}"  # noqa: S608 - fixed text
-    for sid, support, family, net, max_len, plen, asn, expires in fetch(sql):
-        p = out[sid]
-        record = p.support(0, support)
-        key = (pack4 if family == 4 else pack6)(net, max_len, plen, asn)
-        if not record:
-            p.vrp_duplicates.append((family, key, as_int(expires)))
-        elif family == 4:
-            p.v4.append(key)
-            p.v4_expires.append(expires)
-        else:
-            p.v6.append(key)
-            p.v6_expires.append(expires)
+    _read_vrps(fetch, out, vrp_order)
     sql = (
         "SELECT source_id, support_id, ski, asn, spki, expires_at FROM router_keys"
         " ORDER BY source_id, support_id"
@@ -99,6 +85,36 @@ def read_payloads(
     for p in out.values():
         p.check_complete()
     return out
+
+
+def _read_vrps(fetch: Callable[[str], Iterator[Row]], out: dict[int, Payloads], order: str) -> None:
+    """The VRP rows, checked as `Payloads.support` does, without a call per row (723k rows)."""
+    pack4, pack6 = V4.fields.pack, V6.fields.pack
+    columns = "source_id, support_id, family, network, max_length, prefix_length, asn, expires_at"
+    sql = f"SELECT {columns} FROM vrps {order}"  # noqa: S608 - fixed text
+    p: Payloads | None = None
+    current: object = None
+    expected = records = 0
+    for sid, support, family, net, max_len, plen, asn, expires in fetch(sql):
+        if sid != current or p is None:
+            if p is not None:
+                p.next_support[0] = expected
+            p, current = out[sid], sid
+            expected, records = p.next_support[0], p.counts[0]
+        if support != expected:
+            raise DamagedStateError(f"support_id {support!r} where {expected} is next")
+        expected += 1
+        if support >= records:
+            key = (pack4 if family == 4 else pack6)(net, max_len, plen, asn)
+            p.vrp_duplicates.append((family, key, as_int(expires)))
+        elif family == 4:
+            p.v4.append(pack4(net, max_len, plen, asn))
+            p.v4_expires.append(expires)
+        else:
+            p.v6.append(pack6(net, max_len, plen, asn))
+            p.v6_expires.append(expires)
+    if p is not None:
+        p.next_support[0] = expected
 
 
 def _read_aspas(fetch: Callable[[str], Iterator[Row]], out: dict[int, Payloads]) -> None:

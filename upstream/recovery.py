@@ -78,6 +78,13 @@ def _seconds(expires_us: int, cap_us: int) -> int:
     return NO_EXPIRY if value >= NEVER else value // US_PER_SECOND
 
 
+def _seconds_array(expires_us: Sequence[int], cap_us: int) -> array[int]:
+    """`_seconds` of every expiry, in one comprehension (no call per entry: 723k at recovery)."""
+    if cap_us < NEVER:  # the source's own expiry caps every entry: none is NO_EXPIRY
+        return array("q", [(e if e < cap_us else cap_us) // US_PER_SECOND for e in expires_us])
+    return array("q", [e // US_PER_SECOND if e < NEVER else NO_EXPIRY for e in expires_us])
+
+
 def to_record(
     source: SourceInput, evaluated_wall: float = 0.0, identity: str | None = None
 ) -> SourceRecord:
@@ -122,9 +129,9 @@ def to_payload(record: SourceRecord) -> SourcePayload:
     cap = record.expires_at
     return SourcePayload(
         v4=record.v4,
-        v4_expires=array("q", (_seconds(e, cap) for e in record.v4_expires)),
+        v4_expires=_seconds_array(record.v4_expires, cap),
         v6=record.v6,
-        v6_expires=array("q", (_seconds(e, cap) for e in record.v6_expires)),
+        v6_expires=_seconds_array(record.v6_expires, cap),
         router_keys=tuple((key, _seconds(e, cap)) for key, e in record.router_keys),
         aspas=tuple((aspa, _seconds(e, cap)) for aspa, e in record.aspas),
         aspa_afis=record.aspa_afis,

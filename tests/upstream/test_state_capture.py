@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import pickle
 from array import array
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from persistence.backend import ThreadedBackend
 from persistence.deferred import Deferred
@@ -104,3 +107,27 @@ async def test_the_commit_builds_and_stores_the_microseconds(tmp_path: Path) -> 
         assert stored.aspas == captured.sources[0].aspas
     finally:
         assert await backend.close()
+
+
+@given(
+    expiries=st.lists(
+        st.one_of(st.integers(-(2**40), 2**62), st.just(NEVER), st.integers(NEVER - 10, NEVER)),
+        max_size=40,
+    ),
+    cap=st.one_of(st.just(NEVER), st.integers(-(2**40), NEVER)),
+)
+def test_recovered_expiries_are_each_entry_capped_by_its_source(
+    expiries: list[int], cap: int
+) -> None:
+    """A recovered VRP ends at its own stored expiry or its source's, whichever is first."""
+    record = replace(
+        state("s" * 32, StateId(1, 1), parse_export(export(0))).sources[0],
+        v4=b"\x00" * (10 * len(expiries)),
+        v4_expires=array("q", expiries),
+        v6=b"",
+        v6_expires=array("q"),
+        vrp_duplicates=(),
+        expires_at=cap,
+    )
+    expected = [NO_EXPIRY if min(e, cap) >= NEVER else min(e, cap) // US for e in expiries]
+    assert list(to_payload(record).v4_expires) == expected
