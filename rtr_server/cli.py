@@ -17,6 +17,7 @@ import logging
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TypeVar
 
 import anyio
@@ -28,6 +29,7 @@ from rtr_server.app import App, run_app
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_check_config_parser, build_parser
 from rtr_server.cli_config import check_config, load_process_config
+from rtr_server.fd_limit import fitted
 from rtr_server.logs import configure
 from rtr_server.reload import ProcessConfig, Reloader
 from upstream.closing import ShutdownReport
@@ -128,8 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, process = load_process_config(parser, argv)
     except ValueError as exc:
         parser.error(str(exc))
-    config = process.app
     configure(process.logging)
+    process = replace(process, app=fitted(process.app))
+    config = process.app
     log.info(
         "rtr-serve %s starting on %s (%s)",
         __version__,
@@ -138,7 +141,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
 
     def reload_config() -> ProcessConfig:
-        return load_process_config(parser, argv)[1]
+        reloaded = load_process_config(parser, argv)[1]
+        return replace(reloaded, app=fitted(reloaded.app))
 
     load = reload_config if args.config is not None else None
     # Until the event loop listens for it, a SIGHUP (an early `systemctl reload`) would kill
