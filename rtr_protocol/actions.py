@@ -41,6 +41,8 @@ class CloseReason(enum.Enum):
     CONNECTION_LOST = "connection_lost"
     #: We shut down (Cache Restart / Cache Shutdown sent where the version has them).
     SHUTDOWN = "shutdown"
+    #: Closed before its first query to make way for a newcomer at a connection cap (I/O layer).
+    EVICTED = "evicted"
     #: The router sent an Error Report (which is never answered).
     ROUTER_ERROR = "router_error"
     #: The router broke the protocol; we closed, with an Error Report where one exists.

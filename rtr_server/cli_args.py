@@ -356,7 +356,9 @@ def build_parser() -> OptionParser:
         type=_positive_int,
         default=4096,
         metavar="N",
-        help="routers served at once; more are closed at accept (default 4096)",
+        help="connections at once; at the cap the oldest one that has sent no query yet makes "
+        "way for a newcomer, and only when all are router sessions is it refused (default 4096; "
+        "lowered with a warning when the open-file limit cannot hold it)",
     )
     p.option(
         lim,
@@ -364,7 +366,7 @@ def build_parser() -> OptionParser:
         type=_positive_int,
         default=256,
         metavar="N",
-        help="connections per router address; more are closed at accept (default 256)",
+        help="connections per router address; the same rule per address (default 256)",
     )
     p.option(
         lim,

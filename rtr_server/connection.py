@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import math
 import ssl
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -61,7 +62,10 @@ class RtrConnection:
 
     __slots__ = (
         "_aligned",
+        "_evicted",
         "_notify_wanted",
+        "_on_query",
+        "_query_timeout",
         "_receive_scope",
         "close_detail",
         "close_reason",
@@ -72,8 +76,20 @@ class RtrConnection:
         "stream",
     )
 
-    def __init__(self, stream: ByteStream, server: ServingContext, peer: str) -> None:
-        """Wrap an accepted stream; the connection closes it when `run` ends."""
+    def __init__(
+        self,
+        stream: ByteStream,
+        server: ServingContext,
+        peer: str,
+        *,
+        query_timeout: float | None = None,
+        on_query: Callable[[], None] | None = None,
+    ) -> None:
+        """Wrap an accepted stream; the connection closes it when `run` ends.
+
+        ``query_timeout`` overrides the settings' pre-query timeout (admission under pressure);
+        ``on_query`` is called once, when the router's first valid query negotiated a version.
+        """
         self.stream = stream
         self.server = server
         self.peer = peer
@@ -90,11 +106,21 @@ class RtrConnection:
         self._receive_scope: anyio.CancelScope | None = None
         #: False while a write is cut short mid-PDU: nothing more may be sent then.
         self._aligned = True
+        self._evicted = False
+        self._query_timeout = settings.query_timeout if query_timeout is None else query_timeout
+        self._on_query = on_query
 
     # ------------------------------------------------------------------ server side
     def request_notify(self) -> None:
         """Ask for a Serial Notify at the next point between responses."""
         self._notify_wanted = True
+        scope = self._receive_scope
+        if scope is not None:
+            scope.cancel()
+
+    def evict(self) -> None:
+        """Close a connection that has not sent a valid query yet (to admit a newcomer)."""
+        self._evicted = True
         scope = self._receive_scope
         if scope is not None:
             scope.cancel()
@@ -106,6 +132,8 @@ class RtrConnection:
             await self._pump()
         except _QueryTimeoutError:
             self._ended(CloseReason.QUERY_TIMEOUT, "no query within the query timeout")
+        except _EvictedError:
+            self._ended(CloseReason.EVICTED, "no query yet: made way for a newcomer at a cap")
         except WriteStalledError:
             self._ended(CloseReason.WRITE_STALLED, "write stalled")
             if self._aligned:
@@ -134,15 +162,20 @@ class RtrConnection:
     async def _pump(self) -> None:
         session = self.session
         server = self.server
-        query_deadline = anyio.current_time() + server.settings.query_timeout
+        query_deadline = anyio.current_time() + self._query_timeout
         while True:
             action = session.next_action(server.state)
+            if self._on_query is not None and session.version is not None:
+                self._on_query()  # a valid query negotiated it: never evicted from now on
+                self._on_query = None
             if action is NEED_DATA:
                 if self._notify_wanted:
                     await self._maybe_notify()
                 deadline = query_deadline if session.version is None else math.inf
                 data = await self._receive(deadline)
                 if data is None:
+                    if self._evicted:
+                        raise _EvictedError
                     continue  # woken for a notify
                 self.stats.bytes_received += len(data)
                 session.receive_data(data)
@@ -179,7 +212,7 @@ class RtrConnection:
         with anyio.CancelScope(deadline=deadline) as scope:
             self._receive_scope = scope
             try:
-                if self._notify_wanted:
+                if self._notify_wanted or self._evicted:
                     scope.cancel()
                 return await self.stream.receive(RECEIVE_SIZE)
             except anyio.EndOfStream:
@@ -243,3 +276,7 @@ class RtrConnection:
 
 class _QueryTimeoutError(Exception):
     """No query arrived within the query timeout."""
+
+
+class _EvictedError(Exception):
+    """Evicted before its first query (`RtrConnection.evict`)."""

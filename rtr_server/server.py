@@ -1,14 +1,15 @@
-"""`RtrServer`: TCP and TLS listeners, one task per router, access, limits, Notify, shutdown.
+"""`RtrServer`: TCP and TLS listeners, one task per router, access, admission, Notify, shutdown.
 
-The server holds the one current `PublishedState`; `publish` swaps it in with one assignment, so
-a response always comes from a single consistent state. Serial Notify goes to every negotiated,
-idle session at most once per ``notify_interval``; publishes inside the interval are announced
-together at its end. Connections over ``max_connections`` or ``max_per_ip`` are closed at
-accept and counted, and so are routers outside a listener's allowed networks (before any read;
-their log lines are rate-limited). On a TLS listener the handshake runs in the router's own task
-(a slow one never delays accept), within ``tls_handshake_timeout``; a refused router is closed,
-counted by reason and logged. Cancelling `serve` is the shutdown: v2 sessions get Cache Restart
-(or Cache Shutdown), every stream is closed.
+The server holds the one current `PublishedState`; `publish` swaps it in with one assignment, so a
+response always comes from a single consistent state. Serial Notify goes to every negotiated, idle
+session at most once per ``notify_interval``; publishes inside the interval are announced together
+at its end. At ``max_connections`` or ``max_per_ip`` the oldest connection that has not sent a valid
+query yet makes way for a newcomer (`rtr_server.admission`); only when none is left is the newcomer
+closed at accept. Both are counted, and so are routers outside a listener's allowed networks (closed
+before any read; their log lines are rate-limited). On a TLS listener the handshake runs in the
+router's own task (a slow one never delays accept), within ``tls_handshake_timeout``; a refused
+router is closed, counted by reason and logged. Cancelling `serve` is the shutdown: v2 sessions get
+Cache Restart (or Cache Shutdown), every stream is closed.
 """
 
 from __future__ import annotations
@@ -16,17 +17,24 @@ from __future__ import annotations
 import logging
 import math
 import socket
-from collections import Counter
 from collections.abc import Sequence
 from typing import cast
 
 import anyio
-from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import (
+    ByteStream,
+    SocketAttribute,
+    SocketListener,
+    SocketStream,
+    TaskGroup,
+    TaskStatus,
+)
 from anyio.streams.tls import TLSAttribute
 
-from rtr_protocol import SendDelta, SendFull
+from rtr_protocol import CloseReason, SendDelta, SendFull
 from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
+from rtr_server.admission import Admission, Ticket
 from rtr_server.connection import RtrConnection
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import ServerStats
@@ -52,9 +60,9 @@ class RtrServer:
         self.responses = ResponseCache(settings.timers, settings.response_cache_bytes)
         self.stats = ServerStats()
         self.connections: set[RtrConnection] = set()
-        self._per_ip: Counter[str] = Counter()
+        #: Who holds a connection slot, and who makes way at the caps (every transport).
+        self.admission = Admission(settings.max_connections, settings.max_per_ip)
         self._published: anyio.Event | None = None
-        self._handshaking = 0
         self._refusal_log = LogRateLimit()
         self.addresses: list[tuple[str, int]] = []
         #: What each bound socket serves, in the order of ``addresses``.
@@ -177,31 +185,46 @@ class RtrServer:
             self._log_refusal("not-allowed", name, peer, "address not in the allowed networks")
             tg.start_soon(_close_quietly, stream)
             return
-        reason = None
-        if len(self.connections) + self._handshaking >= self.settings.max_connections:
-            self.stats.rejected_max_connections += 1
-            reason = f"max-connections ({self.settings.max_connections}) reached"
-        elif self._per_ip[peer_ip] >= self.settings.max_per_ip:
-            self.stats.rejected_max_per_ip += 1
-            reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
-        if reason is not None:
-            log.warning("refused router %s: %s", peer, reason)
+        slot = _Slot()
+        admitted = self.admission.admit(peer_ip, slot.evict)
+        if isinstance(admitted, str):
+            if admitted == "max_connections":
+                self.stats.rejected_max_connections += 1
+                reason = f"max-connections ({self.settings.max_connections}) reached"
+            else:
+                self.stats.rejected_max_per_ip += 1
+                reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
+            self._log_refusal(admitted, name, peer, f"{reason}, every connection a session")
             tg.start_soon(_close_quietly, stream)
             return
+        slot.ticket = admitted
         try:
             sock = stream.extra(SocketAttribute.raw_socket)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         except (OSError, TypeError):
             pass
-        self._per_ip[peer_ip] += 1
         if spec.tls:
-            self._handshaking += 1
-            tg.start_soon(self._run_tls, stream, peer, peer_ip, name)
+            tg.start_soon(self._run_tls, stream, peer, name, slot)
             return
         self.stats.accepted += 1
-        connection = RtrConnection(stream, self, peer)
+        tg.start_soon(self._run_connection, self._connection(stream, peer, slot), slot)
+
+    def _connection(self, stream: ByteStream, peer: str, slot: _Slot) -> RtrConnection:
+        """The RTR session of an admitted stream, registered; its first query negotiates it."""
+        ticket = slot.ticket
+        assert ticket is not None
+        connection = RtrConnection(
+            stream,
+            self,
+            peer,
+            query_timeout=self.admission.query_timeout(self.settings.query_timeout),
+            on_query=lambda: self.admission.negotiated(ticket),
+        )
+        slot.connection = connection
+        if slot.evicted:
+            connection.evict()
         self.connections.add(connection)
-        tg.start_soon(self._run_connection, connection, peer_ip)
+        return connection
 
     def _log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
         """One line per refusal, at most a few per listener and kind every 10 s."""
@@ -210,24 +233,28 @@ class RtrServer:
             more = f" ({suppressed} more refused like this not logged)" if suppressed else ""
             log.warning("refused router %s on %s: %s%s", peer, listener, reason, more)
 
-    def _release_ip(self, peer_ip: str) -> None:
-        self._per_ip[peer_ip] -= 1
-        if self._per_ip[peer_ip] <= 0:
-            del self._per_ip[peer_ip]
+    def _release(self, slot: _Slot) -> None:
+        if slot.ticket is not None:
+            self.admission.release(slot.ticket)
 
-    async def _run_tls(self, stream: SocketStream, peer: str, peer_ip: str, name: str) -> None:
+    async def _run_tls(self, stream: SocketStream, peer: str, name: str, slot: _Slot) -> None:
         """Handshake and address check, then the RTR session over the TLS stream."""
         assert self.tls_context is not None
+        assert slot.ticket is not None
         try:
-            try:
+            with slot.scope:  # an eviction during the handshake cancels it
                 tls = await accept_tls(
                     stream,
                     self.tls_context,
-                    peer_ip=peer_ip,
+                    peer_ip=slot.ticket.peer_ip,
                     deadline=anyio.current_time() + self.settings.tls_handshake_timeout,
                 )
-            finally:
-                self._handshaking -= 1
+            if slot.scope.cancelled_caught:
+                self.stats.disconnects[CloseReason.EVICTED] += 1
+                self._log_refusal("evicted", name, peer, "evicted during the TLS handshake")
+                self._release(slot)
+                await _close_quietly(stream)
+                return
         except TlsRefusedError as exc:
             if exc.refusal is Refusal.HANDSHAKE_TIMEOUT:
                 self.stats.tls_handshake_timeouts += 1
@@ -236,21 +263,18 @@ class RtrServer:
             else:
                 self.stats.tls_handshake_failures += 1
             self._log_refusal(exc.refusal.value, name, peer, exc.reason)
-            self._release_ip(peer_ip)
+            self._release(slot)
             await _close_quietly(stream)
             return
         except BaseException:  # shutdown during the handshake
-            self._release_ip(peer_ip)
+            self._release(slot)
             await _close_quietly(stream)
             raise
         self.stats.accepted += 1
-        connection = RtrConnection(tls, self, peer)
-        self.connections.add(connection)
-        await self._run_connection(
-            connection, peer_ip, f" over {tls.extra(TLSAttribute.tls_version)}"
-        )
+        connection = self._connection(tls, peer, slot)
+        await self._run_connection(connection, slot, f" over {tls.extra(TLSAttribute.tls_version)}")
 
-    async def _run_connection(self, connection: RtrConnection, peer_ip: str, via: str = "") -> None:
+    async def _run_connection(self, connection: RtrConnection, slot: _Slot, via: str = "") -> None:
         started = anyio.current_time()
         log.info(
             "router %s connected%s (%d connections)",
@@ -268,7 +292,7 @@ class RtrServer:
             await connection.run()
         finally:
             self.connections.discard(connection)
-            self._release_ip(peer_ip)
+            self._release(slot)
             self.stats.disconnects[connection.close_reason] += 1
             _log_close(connection, anyio.current_time() - started)
 
@@ -285,6 +309,26 @@ class RtrServer:
             self.stats.notify_rounds += 1
             for connection in list(self.connections):
                 connection.request_notify()
+
+
+class _Slot:
+    """One admitted connection's place: its ticket, and how to evict it at any stage."""
+
+    __slots__ = ("connection", "evicted", "scope", "ticket")
+
+    def __init__(self) -> None:
+        self.ticket: Ticket | None = None
+        self.connection: RtrConnection | None = None
+        #: Cancels a TLS handshake still running when the slot is evicted.
+        self.scope = anyio.CancelScope()
+        self.evicted = False
+
+    def evict(self) -> None:
+        self.evicted = True
+        if self.connection is not None:
+            self.connection.evict()
+        else:
+            self.scope.cancel()
 
 
 def _log_close(connection: RtrConnection, duration: float) -> None:

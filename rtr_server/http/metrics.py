@@ -191,6 +191,23 @@ class SessionCollector:
         )
         for reason, count in view.rejected.items():
             rejected.add_metric([reason], count)
+        evicted = _counter(
+            "rtr_evicted_connections_total",
+            "Connections closed before their first query to admit a newcomer, by cap",
+            ["reason"],
+        )
+        for reason, count in view.evicted.items():
+            evicted.add_metric([reason], count)
+        pressure = _gauge(
+            "rtr_admission_pressure", "1 while connections are near max-connections, else 0"
+        )
+        pressure.add_metric([], 1 if view.admission_pressure else 0)
+        episodes = _counter(
+            "rtr_admission_pressure_episodes_total", "Episodes of admission under pressure"
+        )
+        episodes.add_metric([], view.pressure_episodes)
+        silent = _gauge("rtr_silent_connections", "Connections that have sent no valid query yet")
+        silent.add_metric([], view.silent)
         not_allowed = _counter(
             "rtr_not_allowed_connections_total",
             "Connections from outside the allowed networks, by listener",
@@ -224,6 +241,7 @@ class SessionCollector:
             disconnects.add_metric([reason], count)
         yield from (clients, accepted, rejected, accept_errors, queries, resets)
         yield from (notifies, rounds, sent, errors, disconnects, not_allowed, limits)
+        yield from (evicted, pressure, episodes, silent)
         if self.router_lag:
             lag = _gauge(
                 "rtr_router_serial_lag",

@@ -70,6 +70,13 @@ class SessionsView:
     routers: tuple[RouterView, ...]
     accepted: int
     rejected: dict[str, int]
+    #: Connections closed before their first query to admit a newcomer, by cap.
+    evicted: dict[str, int]
+    #: Admission under pressure now (pre-query timeout shrunk), and episodes so far.
+    admission_pressure: bool
+    pressure_episodes: int
+    #: Connections that have not sent a valid query yet.
+    silent: int
     #: Connections from outside the allowed networks, by listener address.
     rejected_not_allowed_by_listener: dict[str, int]
     #: The configured connection limits (counts and seconds).
@@ -202,6 +209,13 @@ def sessions(app: AppView) -> SessionsView:
             "tls_handshake_failure": stats.tls_handshake_failures,
             "tls_ip_mismatch": stats.rejected_tls_ip_mismatch,
         },
+        evicted={
+            "max_connections": server.admission.stats.evicted["max_connections"],
+            "max_per_ip": server.admission.stats.evicted["max_per_ip"],
+        },
+        admission_pressure=server.admission.under_pressure,
+        pressure_episodes=server.admission.stats.pressure_episodes,
+        silent=server.admission.silent,
         rejected_not_allowed_by_listener=dict(stats.rejected_not_allowed_by_listener),
         limits={
             "max_connections": float(server.settings.max_connections),

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from rtr_protocol.session import ServerSession
+from rtr_server.admission import Admission
 from rtr_server.connection import ConnectionStats
 from rtr_server.publish_log import PublishLog
 from rtr_server.serving import ServerStats
@@ -91,6 +92,8 @@ class ServerView(Protocol):
     def stats(self) -> ServerStats: ...
     @property
     def connections(self) -> Collection[ConnectionView]: ...
+    @property
+    def admission(self) -> Admission: ...
 
 
 class WallClock(Protocol):
