@@ -64,6 +64,8 @@ def build_dump_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--tls", action="store_true", help="speak TLS (implied by rtrs://)")
     parser.add_argument("--ca-file", help="CA bundle to verify the cache's TLS certificate")
+    parser.add_argument("--cert", help="TLS: the router certificate to present (with --key)")
+    parser.add_argument("--key", help="TLS: the key of --cert")
     parser.add_argument("-o", "--output", help="write to this file instead of stdout")
     return parser
 
@@ -106,6 +108,10 @@ def main(argv: Sequence[str]) -> int:
         parser.error(str(exc))
     if not args.timeout > 0:
         parser.error("--timeout must be positive")
+    if (args.cert is None) != (args.key is None):
+        parser.error("--cert and --key go together")
+    if args.cert is not None and not address.tls:
+        parser.error("--cert needs TLS (rtrs:// or --tls)")
     version = 2 if args.version is None else args.version
     try:
         result = anyio.run(
@@ -116,6 +122,7 @@ def main(argv: Sequence[str]) -> int:
                 serial_query=query,
                 within=args.timeout,
                 ca_file=args.ca_file,
+                client_cert=None if args.cert is None else (args.cert, args.key),
             )
         )
     except FetchError as exc:

@@ -135,30 +135,40 @@ async def fetch(
     serial_query: tuple[int, int] | None = None,
     within: float = 60.0,
     ca_file: str | None = None,
+    client_cert: tuple[str, str] | None = None,
 ) -> FetchResult:
     """Connect, ask, read to End of Data, close; all within ``within`` seconds.
 
+    Over TLS the cache's certificate is verified (system CAs, or ``ca_file``) and
+    ``client_cert`` (certificate and key files) is presented when given.
     ``negotiate`` lets a full dump follow the cache down from ``version`` (a fixed
     ``--version`` turns it off: a cache asking for another version is then an error).
 
     Raises:
         FetchError: for every way this can fail, with one line saying why.
     """
+    tls = None
+    if address.tls:
+        try:
+            tls = ssl.create_default_context(cafile=ca_file)
+            if client_cert is not None:
+                tls.load_cert_chain(*client_cert)
+        except (OSError, ssl.SSLError) as exc:
+            raise FetchError(f"cannot use the TLS files: {exc}") from None
     try:
         with anyio.fail_after(within):
             if serial_query is not None:
-                return await _incremental(address, version, serial_query, ca_file)
-            return await _full(address, version, negotiate, ca_file)
+                return await _incremental(address, version, serial_query, tls)
+            return await _full(address, version, negotiate, tls)
     except TimeoutError:
         raise FetchError(f"{address}: no End of Data within {within:g} s") from None
 
 
-async def _connect(address: CacheAddress, ca_file: str | None) -> ByteStream:
+async def _connect(address: CacheAddress, tls: ssl.SSLContext | None) -> ByteStream:
     try:
-        if address.tls:
-            context = ssl.create_default_context(cafile=ca_file)
+        if tls is not None:
             return await anyio.connect_tcp(
-                address.host, address.port, ssl_context=context, tls_standard_compatible=False
+                address.host, address.port, ssl_context=tls, tls_standard_compatible=False
             )
         return await anyio.connect_tcp(address.host, address.port)
     except (OSError, ssl.SSLError) as exc:
@@ -187,12 +197,12 @@ async def _close(stream: ByteStream) -> None:
 
 
 async def _full(
-    address: CacheAddress, version: int, negotiate: bool, ca_file: str | None
+    address: CacheAddress, version: int, negotiate: bool, tls: ssl.SSLContext | None
 ) -> FetchResult:
     session = ClientSession(max_version=version)
     downgrades: list[str] = []
     for _ in range(version + 1):  # at most one reconnect per version below ours
-        stream = await _connect(address, ca_file)
+        stream = await _connect(address, tls)
         try:
             snapshot = await _pump(stream, session, downgrades, negotiate, address)
         finally:
@@ -253,10 +263,10 @@ async def _pump(
 
 
 async def _incremental(
-    address: CacheAddress, version: int, query: tuple[int, int], ca_file: str | None
+    address: CacheAddress, version: int, query: tuple[int, int], tls: ssl.SSLContext | None
 ) -> FetchResult:
     session_id, serial = query
-    stream = await _connect(address, ca_file)
+    stream = await _connect(address, tls)
     try:
         await _send(stream, encode(SerialQuery(version, session_id, serial)))
         return await _read_delta(stream, version, address)

@@ -14,6 +14,7 @@ from rtr_server.compare_diff import compare_snapshots
 from rtr_server.compare_sides import parse_side
 from snapshot.model import Aspa, Vrp
 from snapshot.snapshot import Snapshot
+from tests.http.helpers import http_app_config, running_http_app
 from tests.server.helpers import (
     app_config,
     base_export,
@@ -167,3 +168,22 @@ async def test_watch_serves_metrics(tmp_path: Path) -> None:
     age = _metric(text, 'rtr_compare_age_seconds{side="a"}')
     assert age is not None
     assert 0 <= age < 10
+
+
+async def test_cache_against_its_json_over_http(tmp_path: Path) -> None:
+    """Side B an http:// export: rtr-serve's own /json, which must hold what it serves."""
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    async with running_http_app(http_app_config(path)) as run:
+        rtr, json_url = f"rtr://127.0.0.1:{run.rtr_port}", f"{run.base}/json"
+        ran = await rtr_serve("compare", rtr, json_url)
+        assert (ran.returncode, ran.stdout) == (0, "same: both sides hold the same set\n")
+        await publish_and_wait(run.app, path, updated_export())
+        other = tmp_path / "base.json"
+        write_export(other, base_export())
+        ran = await rtr_serve("compare", json_url, str(other), "--format", "json")
+        assert ran.returncode == 1
+        assert json.loads(ran.stdout)["counts"]["vrps"] == {"only_a": 3, "only_b": 3}
+        ran = await rtr_serve("compare", f"{run.base}/nothing", rtr)
+        assert ran.returncode == 2
+        assert "HTTP 404" in ran.stderr
