@@ -16,6 +16,7 @@ import json
 import logging
 import sys
 from collections.abc import Sequence
+from datetime import UTC, datetime
 
 import anyio
 
@@ -54,6 +55,13 @@ def build_compare_parser() -> argparse.ArgumentParser:
         "--timeout", type=float, default=60.0, help="seconds to read one side (default 60)"
     )
     parser.add_argument(
+        "--reference-time",
+        type=_time,
+        metavar="ISO8601",
+        help="evaluate the expiry of export entries at this UTC time instead of now (for "
+        "old exports, like rtr-serve --reference-time)",
+    )
+    parser.add_argument(
         "--watch",
         type=float,
         metavar="S",
@@ -70,15 +78,33 @@ def build_compare_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _time(text: str) -> float:
+    try:
+        moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not an ISO 8601 time: {text}") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+
+
+def _notes(states: dict[str, SideState | None], sides: tuple[Side, Side]) -> list[str]:
+    """One line per export side that had expired entries (they are not compared)."""
+    return [
+        f"note: {name.upper()} ({side.label}): {state.expired} entries had expired and are "
+        "not compared (--reference-time evaluates an old export at its own time)"
+        for (name, state), side in zip(states.items(), sides, strict=True)
+        if state is not None and state.expired
+    ]
+
+
 async def _read_both(
-    sides: tuple[Side, Side], within: float
+    sides: tuple[Side, Side], within: float, reference_time: float | None
 ) -> tuple[dict[str, SideState | None], list[str]]:
     states: dict[str, SideState | None] = {"a": None, "b": None}
     errors: list[str] = []
 
     async def read(name: str, side: Side) -> None:
         try:
-            states[name] = await side.read(within)
+            states[name] = await side.read(within, reference_time)
         except SideError as exc:
             errors.append(str(exc))
 
@@ -99,7 +125,9 @@ def _print(differences: Differences, fmt: str, max_lines: int) -> None:
 
 
 async def _once(sides: tuple[Side, Side], args: argparse.Namespace) -> int:
-    states, errors = await _read_both(sides, args.timeout)
+    states, errors = await _read_both(sides, args.timeout, args.reference_time)
+    for line in _notes(states, sides):
+        sys.stderr.write(f"rtr-serve compare: {line}\n")
     if errors:
         for line in errors:
             sys.stderr.write(f"rtr-serve compare: {line}\n")
@@ -127,10 +155,10 @@ async def _watch(
             await tg.start(server.serve)
         done = 0
         while True:
-            states, errors = await _read_both(sides, args.timeout)
+            states, errors = await _read_both(sides, args.timeout, args.reference_time)
             differences = None
             a, b = states["a"], states["b"]
-            for line in errors:
+            for line in errors + _notes(states, sides):
                 log.warning("%s", line)
             if a is not None and b is not None:
                 differences = compare_snapshots(a.snapshot, b.snapshot)

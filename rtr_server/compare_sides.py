@@ -2,8 +2,9 @@
 
 A cache is read as a router with `upstream.router_fetch` (full table, version negotiated from
 2); an export is read whole (gzip/bzip2/xz recognised), parsed by
-`upstream.json_format.parse_export` and evaluated for expiry at the time it was read. Every
-failure is a `SideError` with one line.
+`upstream.json_format.parse_export` and evaluated for expiry at the time it was read (or at a
+fixed reference time, for old exports); the entries that expired are counted. Every failure is
+a `SideError` with one line.
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ class SideState:
     version: int | None = None
     #: The export's own generation time (metadata buildtime), when it has one.
     generated: int | None = None
+    #: Export entries left out because they had expired at the evaluation time.
+    expired: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,8 +60,10 @@ class Side:
     address: CacheAddress | None = None
     location: str | None = None
 
-    async def read(self, within: float) -> SideState:
+    async def read(self, within: float, reference_time: float | None = None) -> SideState:
         """Read the side once within ``within`` seconds.
+
+        An export is evaluated for expiry at ``reference_time`` (Unix seconds), or now.
 
         Raises:
             SideError: with one line saying why it could not be read.
@@ -83,7 +88,11 @@ class Side:
             payload = parse_export(decompress(raw, MAX_EXPORT_BYTES))
         except (FormatError, ValueError, OSError, EOFError) as exc:
             raise SideError(f"{self.label}: not a usable export: {exc}") from None
-        return SideState(payload.snapshot_at(int(now)), now, generated=payload.generated)
+        at = int(now if reference_time is None else reference_time)
+        snapshot = payload.snapshot_at(at)
+        held = sum(payload.counts().values())
+        expired = max(0, held - _records(snapshot))
+        return SideState(snapshot, now, generated=payload.generated, expired=expired)
 
     async def _read_bytes(self, within: float) -> bytes:
         location = self.location
@@ -103,6 +112,10 @@ class Side:
             return await anyio.Path(location).read_bytes()
         except OSError as exc:
             raise SideError(f"{self.label}: cannot read: {exc.strerror or exc}") from None
+
+
+def _records(snapshot: Snapshot) -> int:
+    return snapshot.vrp_count + len(snapshot.aspas) + len(snapshot.router_keys)
 
 
 def parse_side(text: str) -> Side:

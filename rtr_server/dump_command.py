@@ -8,13 +8,14 @@ network activity.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import anyio
 
-from rtr_server.dump_format import dump_csv, dump_json
+from rtr_server.dump_format import iter_csv, iter_json
 from upstream.router_fetch import CacheAddress, FetchError, FetchResult, fetch, parse_cache_url
 
 __all__ = ["build_dump_parser", "main", "parse_serial_query"]
@@ -86,15 +87,17 @@ def _metadata(address: CacheAddress, result: FetchResult) -> dict[str, Any]:
     return meta
 
 
-def render(address: CacheAddress, result: FetchResult, fmt: str, serial: str | None) -> str:
-    """The text printed for ``result``."""
+def render(
+    address: CacheAddress, result: FetchResult, fmt: str, serial: str | None
+) -> Iterator[str]:
+    """The text printed for ``result``, in pieces."""
     changes = [(c.announce, c.record) for c in result.changes]
     if fmt == "csv":
-        return dump_csv(result.snapshot, changes)
+        return iter_csv(result.snapshot, changes)
     meta = _metadata(address, result)
     if serial is not None:
         meta["serial_query"] = serial
-    return dump_json(meta, result.snapshot, changes)
+    return iter_json(meta, result.snapshot, changes)
 
 
 def main(argv: Sequence[str]) -> int:
@@ -130,12 +133,20 @@ def main(argv: Sequence[str]) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    text = render(address, result, args.format, args.serial_query)
-    if args.output is None:
-        sys.stdout.write(text)
-    else:
-        with open(args.output, "w", encoding="utf-8") as out:  # noqa: PTH123
-            out.write(text)
+    pieces = render(address, result, args.format, args.serial_query)
+    try:
+        if args.output is None:
+            sys.stdout.writelines(pieces)
+        else:
+            with open(args.output, "w", encoding="utf-8") as out:  # noqa: PTH123
+                out.writelines(pieces)
+    except BrokenPipeError:
+        # The reader went away (``| head``): quietly, like other command-line tools.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 1
+    except OSError as exc:
+        sys.stderr.write(f"rtr-serve dump: cannot write the output: {exc}\n")
+        return 1
     for line in result.downgrades:
         sys.stderr.write(f"rtr-serve dump: {line}\n")
     return 0

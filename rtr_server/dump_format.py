@@ -24,7 +24,7 @@ import csv
 import io
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from rtr_server import __version__
@@ -33,7 +33,7 @@ from snapshot.model import Aspa, RouterKey, Vrp
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from snapshot.snapshot import Snapshot
 
-__all__ = ["CSV_HEADER", "dump_csv", "dump_json", "record_json", "snapshot_json"]
+__all__ = ["CSV_HEADER", "dump_csv", "dump_json", "iter_csv", "iter_json", "record_json"]
 
 CSV_HEADER = ("action", "kind", "asn", "prefix", "max_length", "providers", "ski", "pubkey")
 
@@ -60,26 +60,77 @@ def record_json(record: Record, *, withdrawn: bool = False) -> tuple[str, dict[s
     }
 
 
-def _sections(records: Iterable[Record], *, withdrawn: bool = False) -> dict[str, list[Any]]:
-    out: dict[str, list[Any]] = {"roas": [], "aspas": [], "bgpsec_keys": []}
-    for record in records:
-        section, entry = record_json(record, withdrawn=withdrawn)
-        out[section].append(entry)
-    return out
-
-
-def _records(snapshot: Snapshot) -> Iterable[Record]:
+def _vrps(snapshot: Snapshot) -> Iterator[Vrp]:
     # The packed keys are sorted descending: each family backwards is ascending, IPv4 first.
     for packed, width in ((snapshot.v4, V4_KEY_SIZE), (snapshot.v6, V6_KEY_SIZE)):
         for end in range(len(packed), 0, -width):
             yield Vrp.from_key(packed[end - width : end])
+
+
+def _records(snapshot: Snapshot) -> Iterator[Record]:
+    yield from _vrps(snapshot)
     yield from snapshot.aspas
     yield from snapshot.router_keys
 
 
-def snapshot_json(snapshot: Snapshot) -> dict[str, list[Any]]:
-    """The ``roas``, ``aspas`` and ``bgpsec_keys`` lists of ``snapshot``."""
-    return _sections(_records(snapshot))
+def _section_lines(
+    name: str, records: Iterable[Record], *, withdrawn: bool, indent: str, last: bool
+) -> Iterator[str]:
+    """``"name": [`` then one compact entry per line (no list of the whole table is built)."""
+    yield f'{indent}"{name}": ['
+    sep = "\n"
+    for record in records:
+        yield sep + indent + " " + json.dumps(record_json(record, withdrawn=withdrawn)[1])
+        sep = ",\n"
+    yield ("\n" + indent if sep != "\n" else "") + ("]\n" if last else "],\n")
+
+
+def _group(records: Iterable[Record], *, withdrawn: bool, indent: str) -> Iterator[str]:
+    """The three sections (``roas``, ``aspas``, ``bgpsec_keys``) of ``records``."""
+    by_section: dict[str, list[Record]] = {"roas": [], "aspas": [], "bgpsec_keys": []}
+    for record in records:
+        by_section[record_json(record)[0]].append(record)
+    for i, (name, items) in enumerate(by_section.items()):
+        yield from _section_lines(name, items, withdrawn=withdrawn, indent=indent, last=i == 2)
+
+
+def iter_json(
+    metadata: dict[str, Any],
+    snapshot: Snapshot | None,
+    changes: Iterable[tuple[bool, Record]] = (),
+) -> Iterator[str]:
+    """The JSON document of a full dump (``snapshot``) or of an incremental answer, in pieces.
+
+    A full table is written one entry per line straight from the snapshot, so the output never
+    exists whole in memory (the 723,521-VRP table is about 40 MB of text).
+    """
+    meta: dict[str, Any] = {
+        "generator": f"rtr-serve {__version__}",
+        "buildtime": iso_time(time.time()),
+    }
+    meta |= metadata
+    if snapshot is not None:
+        meta.update(
+            vrps=snapshot.vrp_count,
+            vaps=len(snapshot.aspas),
+            bgpsec_pubkeys=len(snapshot.router_keys),
+        )
+    head = json.dumps(meta, indent=1).replace("\n", "\n ")
+    yield '{\n "metadata": ' + head + ",\n"
+    if snapshot is not None:
+        yield from _section_lines("roas", _vrps(snapshot), withdrawn=False, indent=" ", last=False)
+        yield from _section_lines("aspas", snapshot.aspas, withdrawn=False, indent=" ", last=False)
+        yield from _section_lines(
+            "bgpsec_keys", snapshot.router_keys, withdrawn=False, indent=" ", last=True
+        )
+    else:
+        listed = list(changes)
+        yield ' "announced": {\n'
+        yield from _group([r for a, r in listed if a], withdrawn=False, indent="  ")
+        yield ' },\n "withdrawn": {\n'
+        yield from _group([r for a, r in listed if not a], withdrawn=True, indent="  ")
+        yield " }\n"
+    yield "}\n"
 
 
 def dump_json(
@@ -87,21 +138,8 @@ def dump_json(
     snapshot: Snapshot | None,
     changes: Iterable[tuple[bool, Record]] = (),
 ) -> str:
-    """The JSON document of a full dump (``snapshot``) or of an incremental answer."""
-    head = {"generator": f"rtr-serve {__version__}", "buildtime": iso_time(time.time())}
-    doc: dict[str, Any] = {"metadata": head | metadata}
-    if snapshot is not None:
-        doc["metadata"].update(
-            vrps=snapshot.vrp_count,
-            vaps=len(snapshot.aspas),
-            bgpsec_pubkeys=len(snapshot.router_keys),
-        )
-        doc.update(snapshot_json(snapshot))
-    else:
-        listed = list(changes)
-        doc["announced"] = _sections(r for a, r in listed if a)
-        doc["withdrawn"] = _sections((r for a, r in listed if not a), withdrawn=True)
-    return json.dumps(doc, indent=1) + "\n"
+    """`iter_json` joined."""
+    return "".join(iter_json(metadata, snapshot, changes))
 
 
 def _csv_row(announce: bool, record: Record) -> list[str]:
@@ -115,8 +153,10 @@ def _csv_row(announce: bool, record: Record) -> list[str]:
     return [action, "router_key", str(record.asn), "", "", "", record.ski.hex(), spki]
 
 
-def dump_csv(snapshot: Snapshot | None, changes: Iterable[tuple[bool, Record]] = ()) -> str:
-    """CSV of a full dump (every record announced) or of an incremental answer."""
+def iter_csv(
+    snapshot: Snapshot | None, changes: Iterable[tuple[bool, Record]] = ()
+) -> Iterator[str]:
+    """CSV lines of a full dump (every record announced) or of an incremental answer."""
     rows: Iterable[tuple[bool, Record]] = (
         ((True, r) for r in _records(snapshot)) if snapshot is not None else changes
     )
@@ -126,4 +166,13 @@ def dump_csv(snapshot: Snapshot | None, changes: Iterable[tuple[bool, Record]] =
     for announce, record in rows:
         row = _csv_row(announce, record)
         writer.writerow(row + [""] * (len(CSV_HEADER) - len(row)))
-    return out.getvalue()
+        if out.tell() > 65536:
+            yield out.getvalue()
+            out.seek(0)
+            out.truncate()
+    yield out.getvalue()
+
+
+def dump_csv(snapshot: Snapshot | None, changes: Iterable[tuple[bool, Record]] = ()) -> str:
+    """`iter_csv` joined."""
+    return "".join(iter_csv(snapshot, changes))

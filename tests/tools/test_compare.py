@@ -187,3 +187,27 @@ async def test_cache_against_its_json_over_http(tmp_path: Path) -> None:
         ran = await rtr_serve("compare", f"{run.base}/nothing", rtr)
         assert ran.returncode == 2
         assert "HTTP 404" in ran.stderr
+
+
+async def test_expired_export_entries_are_noted_and_reference_time_keeps_them(
+    tmp_path: Path,
+) -> None:
+    """base_export has one VRP, one router key and one ASPA that expired in 2001."""
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    async with running_core_app(app_config(path)) as app:
+        url = f"rtr://127.0.0.1:{port_of(app)}"
+        ran = await rtr_serve("compare", url, str(path))
+        assert ran.returncode == 0
+        (note,) = ran.stderr.splitlines()
+        assert note.startswith(f"rtr-serve compare: note: B ({path}): 3 entries had expired")
+        # Evaluated in 2000 the three count again: the cache (which dropped them) differs.
+        ran = await rtr_serve("compare", url, str(path), "--reference-time", "2000-01-01T00:00Z")
+        assert ran.returncode == 1
+        assert ran.stderr == ""
+        assert "vrps: 0 only in A, 1 only in B" in ran.stdout
+        assert "aspas: 0 only in A, 1 only in B" in ran.stdout
+        assert "router_keys: 0 only in A, 1 only in B" in ran.stdout
+    ran = await rtr_serve("compare", "a.json", "b.json", "--reference-time", "yesterday")
+    assert ran.returncode == 2
+    assert "not an ISO 8601 time" in ran.stderr
