@@ -98,20 +98,42 @@ class Side:
         location = self.location
         assert location is not None
         if urlsplit(location).scheme in ("http", "https"):
-            try:
-                async with httpx.AsyncClient(timeout=within, follow_redirects=True) as client:
-                    response = await client.get(location)
-            except httpx.HTTPError as exc:
-                raise SideError(f"{self.label}: {exc!r}") from None
-            if response.status_code != 200:
-                raise SideError(f"{self.label}: HTTP {response.status_code}")
-            if len(response.content) > MAX_EXPORT_BYTES:
-                raise SideError(f"{self.label}: larger than {MAX_EXPORT_BYTES} bytes")
-            return response.content
+            return await self._download(location, within)
+        path = anyio.Path(location)
         try:
-            return await anyio.Path(location).read_bytes()
+            if (await path.stat()).st_size > MAX_EXPORT_BYTES:
+                raise SideError(f"{self.label}: larger than {MAX_EXPORT_BYTES} bytes")
+            return await path.read_bytes()
         except OSError as exc:
             raise SideError(f"{self.label}: cannot read: {exc.strerror or exc}") from None
+
+    async def _download(self, url: str, within: float) -> bytes:
+        """GET ``url`` (redirects followed), at most `MAX_EXPORT_BYTES`, within ``within`` s."""
+        body = bytearray()
+        too_big = f"{self.label}: larger than {MAX_EXPORT_BYTES} bytes"
+        try:
+            with anyio.fail_after(within):
+                async with (
+                    httpx.AsyncClient(timeout=within, follow_redirects=True) as client,
+                    client.stream("GET", url) as response,
+                ):
+                    if response.status_code != 200:
+                        raise SideError(f"{self.label}: HTTP {response.status_code}")
+                    length = response.headers.get("content-length", "")
+                    if length.isdigit() and int(length) > MAX_EXPORT_BYTES:
+                        raise SideError(too_big)
+                    # Past the bound the rest is drained, not kept (stopping inside httpx's
+                    # stream leaves its generators to the garbage collector), within `within`.
+                    async for chunk in response.aiter_bytes():
+                        if len(body) <= MAX_EXPORT_BYTES:
+                            body += chunk
+            if len(body) > MAX_EXPORT_BYTES:
+                raise SideError(too_big)
+        except TimeoutError:
+            raise SideError(f"{self.label}: not read within {within:g} s") from None
+        except httpx.HTTPError as exc:
+            raise SideError(f"{self.label}: {exc!r}") from None
+        return bytes(body)
 
 
 def _records(snapshot: Snapshot) -> int:

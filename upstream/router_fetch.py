@@ -30,6 +30,7 @@ from rtr_protocol import (
     Publish,
     Transmit,
 )
+from rtr_protocol.client_bounds import REPLY_BYTE_FLOOR, REPLY_RECORD_FLOOR
 from rtr_protocol.constants import Timers
 from rtr_protocol.errors import RtrProtocolError
 from rtr_protocol.pdu import (
@@ -63,6 +64,10 @@ __all__ = [
 TLS_PORT = 324
 #: Bytes asked for per receive.
 RECEIVE_SIZE = 65_536
+#: An incremental answer may bring at most this many records and octets (a hostile cache
+#: cannot fill memory within the timeout); the full table is bounded by `ClientSession`.
+MAX_CHANGES = REPLY_RECORD_FLOOR
+MAX_ANSWER_BYTES = REPLY_BYTE_FLOOR
 
 Record = Vrp | Aspa | RouterKey
 
@@ -278,6 +283,7 @@ async def _read_delta(stream: ByteStream, version: int, address: CacheAddress) -
     framer = PduFramer()
     changes: list[Change] = []
     answered: int | None = None
+    received = 0
     while True:
         try:
             pdu = framer.next_pdu()
@@ -287,6 +293,9 @@ async def _read_delta(stream: ByteStream, version: int, address: CacheAddress) -
             data = await _receive(stream)
             if not data:
                 raise FetchError(f"{address}: the cache closed the connection before End of Data")
+            received += len(data)
+            if received > MAX_ANSWER_BYTES:
+                raise FetchError(f"{address}: the answer exceeds {MAX_ANSWER_BYTES} octets")
             framer.receive_data(data)
             continue
         if isinstance(pdu, ErrorReport):
@@ -309,6 +318,8 @@ async def _read_delta(stream: ByteStream, version: int, address: CacheAddress) -
             return FetchResult(pdu.version, pdu.session_id, pdu.serial, pdu.timers, changes=changes)
         else:
             changes.append(_change(pdu, address))
+            if len(changes) > MAX_CHANGES:
+                raise FetchError(f"{address}: the answer exceeds {MAX_CHANGES} records")
 
 
 def _change(pdu: object, address: CacheAddress) -> Change:

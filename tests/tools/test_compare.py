@@ -10,6 +10,7 @@ import anyio
 import httpx
 import pytest
 
+from rtr_server import compare_sides
 from rtr_server.compare_diff import compare_snapshots
 from rtr_server.compare_sides import parse_side
 from snapshot.model import Aspa, Vrp
@@ -211,3 +212,19 @@ async def test_expired_export_entries_are_noted_and_reference_time_keeps_them(
     ran = await rtr_serve("compare", "a.json", "b.json", "--reference-time", "yesterday")
     assert ran.returncode == 2
     assert "not an ISO 8601 time" in ran.stderr
+
+
+async def test_an_export_is_read_up_to_its_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    monkeypatch.setattr(compare_sides, "MAX_EXPORT_BYTES", 1000)
+    async with running_http_app(http_app_config(path)) as run:
+        for side in (parse_side(f"{run.base}/json"), parse_side(str(path))):
+            with pytest.raises(compare_sides.SideError, match="larger than 1000 bytes"):
+                await side.read(10.0)
+        monkeypatch.setattr(compare_sides, "MAX_EXPORT_BYTES", 1 << 20)
+        state = await parse_side(f"{run.base}/json").read(10.0)
+        assert run.app.state is not None
+        assert state.snapshot == run.app.state.snapshot

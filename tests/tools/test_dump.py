@@ -24,6 +24,7 @@ from tests.server.helpers import (
 from tests.server.helpers import running_app as running_core_app
 from tests.tools.helpers import rtr_serve, stayrtr_export
 from tests.upstream.rtr_source_helpers import free_port, running_stayrtr
+from upstream import router_fetch
 from upstream.json_format import parse_export
 from upstream.router_fetch import CacheAddress, FetchError, fetch, parse_cache_url
 
@@ -166,3 +167,22 @@ def test_roa_helper_shape() -> None:
     """The rpki-client entry shape the dump writes is the one the test exports use."""
     entry = roa("192.0.2.0/24", 24, 64496)
     assert {"asn", "prefix", "maxLength"} <= entry.keys()
+
+
+async def test_an_incremental_answer_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    async with running_core_app(app_config(path)) as app:
+        assert app.state is not None
+        session = app.state.session_ids.v2
+        await publish_and_wait(app, path, updated_export())
+        address = CacheAddress("127.0.0.1", port_of(app))
+        monkeypatch.setattr(router_fetch, "MAX_CHANGES", 2)
+        with pytest.raises(FetchError, match="exceeds 2 records"):
+            await fetch(address, serial_query=(session, 0))
+        monkeypatch.setattr(router_fetch, "MAX_CHANGES", 100)
+        monkeypatch.setattr(router_fetch, "MAX_ANSWER_BYTES", 100)
+        with pytest.raises(FetchError, match="exceeds 100 octets"):
+            await fetch(address, serial_query=(session, 0))
