@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import anyio
@@ -127,35 +129,54 @@ def _metric(text: str, series: str) -> float | None:
     return None
 
 
+@asynccontextmanager
+async def watching(
+    a: str, b: str, log: Path
+) -> AsyncIterator[Callable[[Callable[[str], bool]], Awaitable[str]]]:
+    """Run ``compare A B --watch 0.1 --http``; yields ``until(predicate)``, which scrapes
+    /metrics until ``predicate(text)`` holds and returns that text."""
+    http = free_port()
+    command = [
+        sys.executable, "-m", "rtr_server.cli", "compare", a, b,
+        "--watch", "0.1", "--rounds", "1000", "--http", f"127.0.0.1:{http}",
+    ]  # fmt: skip
+    with log.open("wb") as out:
+        process = await anyio.open_process(command, stderr=out)
+        try:
+            async with httpx.AsyncClient() as client:
+
+                async def until(predicate: Callable[[str], bool]) -> str:
+                    text = ""
+                    with anyio.fail_after(20):
+                        while not predicate(text):
+                            await anyio.sleep(0.1)
+                            try:
+                                text = (await client.get(f"http://127.0.0.1:{http}/metrics")).text
+                            except httpx.ConnectError:
+                                continue
+                    return text
+
+                yield until
+        finally:
+            process.terminate()
+            await process.wait()
+
+
+def rounds(n: int) -> Callable[[str], bool]:
+    """At least ``n`` rounds have run."""
+    return lambda text: (_metric(text, "rtr_compare_rounds_total") or 0) >= n
+
+
 async def test_watch_serves_metrics(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
     write_export(path, base_export())
     other = tmp_path / "other.json"
     write_export(other, updated_export())
-    http = free_port()
     async with running_core_app(app_config(path)) as app:
         assert app.state is not None
-        command = [
-            sys.executable, "-m", "rtr_server.cli", "compare",
-            f"rtr://127.0.0.1:{port_of(app)}", str(other),
-            "--watch", "0.1", "--rounds", "1000", "--http", f"127.0.0.1:{http}",
-        ]  # fmt: skip
-        log = (tmp_path / "watch.log").open("wb")
-        process = await anyio.open_process(command, stderr=log)
-        try:
-            text = ""
-            async with httpx.AsyncClient() as client:
-                with anyio.fail_after(20):
-                    while (_metric(text, "rtr_compare_rounds_total") or 0) < 2:
-                        await anyio.sleep(0.1)
-                        try:
-                            text = (await client.get(f"http://127.0.0.1:{http}/metrics")).text
-                        except httpx.ConnectError:
-                            continue
-        finally:
-            process.terminate()
-            await process.wait()
-            log.close()
+        url = f"rtr://127.0.0.1:{port_of(app)}"
+        async with watching(url, str(other), tmp_path / "watch.log") as until:
+            text = await until(rounds(2))
     assert "round 1: differ (vrps -3 +3" in (tmp_path / "watch.log").read_text()
     assert _metric(text, 'rtr_compare_differences{kind="vrps",side="a"}') == 3
     assert _metric(text, 'rtr_compare_differences{kind="router_keys",side="b"}') == 1
@@ -228,3 +249,21 @@ async def test_an_export_is_read_up_to_its_bound(
         state = await parse_side(f"{run.base}/json").read(10.0)
         assert run.app.state is not None
         assert state.snapshot == run.app.state.snapshot
+
+
+async def test_watch_counts_a_failing_side_and_goes_on(tmp_path: Path) -> None:
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    missing = tmp_path / "later.json"
+    async with running_core_app(app_config(path)) as app:
+        url = f"rtr://127.0.0.1:{port_of(app)}"
+        async with watching(url, str(missing), tmp_path / "watch.log") as until:
+            text = await until(rounds(2))
+            assert (_metric(text, 'rtr_compare_read_errors_total{side="b"}') or 0) >= 2
+            assert _metric(text, 'rtr_compare_read_errors_total{side="a"}') == 0
+            assert _metric(text, "rtr_compare_same") is None  # never compared
+            assert _metric(text, 'rtr_compare_differences{kind="vrps",side="a"}') is None
+            write_export(missing, base_export())  # B appears: a later round compares
+            text = await until(lambda t: _metric(t, "rtr_compare_same") == 1)
+            assert _metric(text, 'rtr_compare_differences{kind="vrps",side="b"}') == 0
+    assert "cannot read" in (tmp_path / "watch.log").read_text()
