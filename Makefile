@@ -2,7 +2,10 @@
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-STAMP  := $(VENV)/.installed
+# Two stamps: `make run` needs only the runtime dependencies ($(RUN_STAMP)); every developer
+# target adds the test, dev and duckdb extras on top ($(STAMP)).
+RUN_STAMP := $(VENV)/.installed-run
+STAMP     := $(VENV)/.installed
 LISTEN ?= 127.0.0.1:8323
 HTTP   ?= 127.0.0.1:8080
 EXAMPLE ?= examples/rpki-client-example.json
@@ -11,17 +14,21 @@ EXAMPLE ?= examples/rpki-client-example.json
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(RUN_STAMP): pyproject.toml
 	@if ! $(PYTHON) -c 'import venv, ensurepip' 2>/dev/null; then \
 	  echo "python3-venv is missing; installing it (Debian)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv; \
 	fi
-	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e .
+	@touch $(RUN_STAMP)
+
+$(STAMP): $(RUN_STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
 	$(PY) -m pip install -q -e '.[test,dev,duckdb]'
 	@touch $(STAMP)
 
-run: $(STAMP)
+run: $(RUN_STAMP)
 	$(VENV)/bin/rtr-serve --source $(EXAMPLE) --listen $(LISTEN) --http $(HTTP) --notify-interval 5
 
 lint: $(STAMP)

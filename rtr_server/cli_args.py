@@ -41,6 +41,10 @@ subcommands:
                                 (see rtr-serve check-config --help)
   rtr-serve state export|import write a state file's exchange document, or import one
                                 into a new state file (see rtr-serve state --help)
+  rtr-serve dump URL            read an RTR cache as a router once and print its data
+                                (JSON or CSV; see rtr-serve dump --help)
+  rtr-serve compare A B         compare two caches or exports; --watch serves metrics
+                                (see rtr-serve compare --help)
 """
 
 EPILOG = """\

@@ -3,7 +3,7 @@
 =====================================  =====================================================
 ``GET /``                              the dashboard (HTML, self-contained)
 ``GET /status``                        JSON: health, snapshot, groups, sources, sessions,
-                                       recent publishes, persistence
+                                       recent publishes, router history, persistence
 ``GET /healthz``                       200 while fresh data is served, else 503; JSON with
                                        the reason (`rtr_server.http.observe.health`)
 ``GET /metrics``                       Prometheus text exposition
@@ -39,6 +39,7 @@ from rtr_server.http.dashboard import DASHBOARD_CSP, dashboard_html
 from rtr_server.http.export import ExportCache, gzip_etag, iso_time
 from rtr_server.http.metrics import Families, FunctionCollector, NonEmpty, register_collectors
 from rtr_server.http.queries import aspa_document, aspa_parameters, parse_asn, validity_document
+from rtr_server.http.router_history import RouterHistory, sample_routers
 from rtr_server.http.server import HttpServer
 from rtr_server.http.settings import HttpSettings
 from rtr_server.http.status import status_document
@@ -105,6 +106,8 @@ class HttpApi:
         self.exports = ExportCache(self.limiter)
         self.requests: Counter[tuple[str, int]] = Counter()
         self.server = HttpServer(settings, self.handle)
+        #: Samples of the connected routers for the dashboard's charts.
+        self.router_history = RouterHistory()
         self._routes: dict[str, Route] = {
             "/": self.dashboard,
             "/status": self.status,
@@ -122,8 +125,14 @@ class HttpApi:
     async def serve(
         self, *, task_status: TaskStatus[list[tuple[str, int]]] = anyio.TASK_STATUS_IGNORED
     ) -> None:
-        """Serve until cancelled; reports the bound addresses."""
-        await self.server.serve(task_status=task_status)
+        """Serve (and sample the routers for `router_history`) until cancelled.
+
+        Reports the bound addresses once listening.
+        """
+        async with anyio.create_task_group() as tg:
+            addresses = await tg.start(self.server.serve, name="HTTP listener")
+            tg.start_soon(sample_routers, self.app, self.router_history, name="router samples")
+            task_status.started(addresses)
 
     @property
     def addresses(self) -> list[tuple[str, int]]:
@@ -160,7 +169,9 @@ class HttpApi:
 
     async def status(self, _request: Request) -> Response:
         """The /status document."""
-        return json_response(200, status_document(self.app, self.settings.stale_after))
+        return json_response(
+            200, status_document(self.app, self.settings.stale_after, self.router_history)
+        )
 
     async def healthz(self, _request: Request) -> Response:
         """200 while fresh data is served, 503 with the reason otherwise."""

@@ -3,7 +3,9 @@
 The page fetches ``status`` (relative, so it also works behind a path prefix) every 5 seconds
 (``/?refresh=N`` changes that) and renders it with DOM calls only (``textContent``, never
 ``innerHTML``), so source names and error texts cannot inject markup. The Content-Security-Policy
-sent with it forbids every external load.
+sent with it forbids every external load. The History charts are inline SVG drawn by the
+page's script from ``/status`` (``publishes``: records per kind and delta sizes over the last
+serials; ``router_history``: connected routers by version and their serial lag).
 """
 
 from __future__ import annotations

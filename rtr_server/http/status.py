@@ -8,14 +8,17 @@ from typing import Any
 from rtr_server import __version__
 from rtr_server.http import observe
 from rtr_server.http.export import iso_time
+from rtr_server.http.router_history import RouterHistory
 from rtr_server.http.view import AppView
 
 #: Routers listed in /status (counts stay exact beyond it).
 MAX_LISTED_ROUTERS = 1000
 
 
-def status_document(app: AppView, stale_after: float) -> dict[str, Any]:
-    """Health, snapshot, groups, sources, sessions, publishes and persistence."""
+def status_document(
+    app: AppView, stale_after: float, router_history: RouterHistory | None = None
+) -> dict[str, Any]:
+    """Health, snapshot, groups, sources, sessions, publishes, router history, persistence."""
     now = app.clock.wall()
 
     def when(wall: float | None) -> str | None:
@@ -92,6 +95,16 @@ def status_document(app: AppView, stale_after: float) -> dict[str, Any]:
                 "delta_size": p.delta_size,
             }
             for p in reversed(list(app.publishes))
+        ],
+        "router_history": [
+            {
+                "time": iso_time(r.wall),
+                "connected": r.connected,
+                "by_version": r.by_version,
+                "max_lag": r.max_lag,
+                "lagging": r.lagging,
+            }
+            for r in (router_history or ())
         ],
         "persistence": persistence_doc,
     }

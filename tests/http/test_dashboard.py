@@ -125,6 +125,9 @@ async def test_dashboard_in_chromium(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
     write_export(path, base_export())
     async with running_http_app(http_app_config(path)) as run:
+        assert run.app.http is not None
+        history = run.app.http.router_history
+        history.interval = 0.05
         serial = await publish_and_wait(run.app, path, updated_export())
         async with await RtrClient.connect(run.rtr_port) as router:
             await router.reset(2)
@@ -132,7 +135,10 @@ async def test_dashboard_in_chromium(tmp_path: Path) -> None:
                 lambda: all(c.session.last_serial for c in run.app.server.connections),
                 what="the router's reply",
             )
-            dom = await live_dashboard(run)
+            seen = len(history)
+            await wait_until(lambda: len(history) >= seen + 3, what="router samples")
+            html = await chromium("--dump-dom", run.base + "/")
+            dom = parse_dom(html)
             assert dom.body.get("data-loaded") == "true", "the page's script did not run"
             assert dom.by_id["serial"].strip() == str(serial)
             assert dom.body.get("data-serial") == str(serial)
@@ -147,6 +153,19 @@ async def test_dashboard_in_chromium(tmp_path: Path) -> None:
             assert "first state" in publishes
             assert "VRP +3/−3" in publishes  # updated_export: 3 VRPs in, 3 out
             assert dom.by_id["fetch-error"] == ""
+            # The History charts: inline SVG drawn from /status.
+            assert dom.by_id["history-serials"] == "2"
+            records = dom.by_id["chart-records"]
+            assert "serial 0" in records
+            assert f"serial {serial}" in records
+            assert "VRP IPv4" in dom.by_id["legend-records"]
+            assert "no data yet" not in dom.by_id["chart-deltas"]
+            assert "no data yet" not in dom.by_id["chart-routers"]
+            assert "v2" in dom.by_id["legend-routers"]
+            charts = {m: html.count(f'<svg id="chart-{m}"') for m in ("records", "deltas")}
+            assert charts == {"records": 1, "deltas": 1}
+            assert html.count("<polyline") >= 4 + 2  # records per kind, routers all + v2
+            assert html.count("<rect") >= 2  # the second serial's delta: announced, withdrawn
 
             BUILD.mkdir(exist_ok=True)
             await anyio.Path(SCREENSHOT).unlink(missing_ok=True)
