@@ -163,8 +163,8 @@ def _sockaddr(peer: Network, family: int) -> bytes:
 
 
 def _prefixlen(peer: Network, family: int) -> int:
-    if family == socket.AF_INET6 and peer.version == 4:
-        return peer.prefixlen + 96
+    """The prefix length as the kernel takes it: a v4-mapped peer keeps its IPv4 length."""
+    del family
     return peer.prefixlen
 
 

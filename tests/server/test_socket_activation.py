@@ -34,7 +34,7 @@ needs_activate = pytest.mark.skipif(
 
 
 @contextmanager
-def activated(sockets: list[tuple[str, int]], *args: str) -> Iterator[subprocess.Popen[str]]:
+def activated(sockets: list[tuple[str, int]], *args: str) -> Iterator[subprocess.Popen[bytes]]:
     """``systemd-socket-activate -l … --fdname=… rtr-serve args`` (rtr-serve starts at the
     first connection, in the same process, as systemd would start the service)."""
     assert ACTIVATE is not None
@@ -46,7 +46,7 @@ def activated(sockets: list[tuple[str, int]], *args: str) -> Iterator[subprocess
         if name in os.environ:
             command += ["-E", f"{name}={os.environ[name]}"]
     proc = subprocess.Popen(
-        [*command, RTR_SERVE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*command, RTR_SERVE, *args], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
     )
     try:
         yield proc
@@ -78,7 +78,7 @@ def test_serves_rtr_and_http_on_the_passed_sockets(tmp_path: Path) -> None:
         with pytest.raises(OSError):
             connect_once(unused)
         proc.terminate()
-        _, err = proc.communicate(timeout=DEADLINE)
+        err = proc.communicate(timeout=DEADLINE)[1].decode()
     assert proc.returncode == 0, err
     assert f"listening for routers on 127.0.0.1 port {rtr} (socket from systemd)" in err
     assert f"http://127.0.0.1:{http}/" in err
@@ -103,7 +103,7 @@ def test_a_socket_it_cannot_serve_exits_2(tmp_path: Path, name: str, message: st
     port = free_port()
     with activated([("rtr", free_port()), (name, port)], "--source", str(export)) as proc:
         connect_with_retry(port, proc).close()  # starts rtr-serve
-        _, err = proc.communicate(timeout=DEADLINE)
+        err = proc.communicate(timeout=DEADLINE)[1].decode()
     assert proc.returncode == 2, err
     assert message in err
 

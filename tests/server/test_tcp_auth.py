@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from rtr_protocol import PduFramer
-from rtr_server.tcp_auth import ao_supported
+from rtr_server.tcp_auth import ao_supported, apply_keys, parse_md5_keys
 from tests.server.helpers import base_export, write_export
 from tests.server.test_cli import RTR_SERVE, free_port, reset_until_data
 from tests.server.test_sighup import rtr_serve
@@ -124,6 +124,16 @@ AO_ENTRY = (
     'tcp_ao = [{ peer = "127.0.0.1", key_id = 1, rnext_id = 1, algorithm = "hmac(sha256)", '
     'key = "s3cret" }]'
 )
+
+
+def test_ipv4_keys_on_a_dual_stack_socket_are_taken_by_the_kernel() -> None:
+    """An IPv4 prefix on an AF_INET6 socket goes in v4-mapped (not bound: no address used)."""
+    md5 = parse_md5_keys([{"peer": "127.0.0.0/8", "key": "k"}, {"peer": "::1", "key": "k"}], "t")
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as sock:
+        apply_keys(sock, md5, ())
+        apply_keys(sock, md5, (), remove=True)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        apply_keys(sock, md5, ())  # the IPv6 key is left out on an IPv4 socket
 
 
 @pytest.mark.parametrize(
