@@ -289,6 +289,9 @@ def _tcp_keys(table: dict[str, Any], path: str) -> tuple[tuple[Md5Key, ...], tup
         ao = parse_ao_keys(table["tcp_ao"], f"{path}.tcp_ao") if "tcp_ao" in table else ()
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+    both = sorted({str(k.peer) for k in md5} & {str(k.peer) for k in ao})
+    if both:
+        raise ConfigError(f"{path}.tcp_ao: {both[0]} also has a tcp_md5 key (one or the other)")
     if ao:
         unsupported = ao_supported()
         if unsupported is not None:

@@ -33,7 +33,7 @@ from rtr_server.inherited_listeners import activated_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
-from rtr_server.tcp_auth import apply_keys, rekey
+from rtr_server.tcp_auth import apply_keys, bind_keyed, rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
 
@@ -123,13 +123,19 @@ class RtrServer:
             if self.settings.inherited:  # socket activation: systemd's sockets, no bind
                 listeners = await activated_listeners(self.settings.inherited, self.settings.listen)
             for address in () if self.settings.inherited else self.settings.listen:
+                if address.tcp_md5 or address.tcp_ao:  # keys set before listen()
+                    for sock in bind_keyed(
+                        address.host, address.port, address.tcp_md5, address.tcp_ao
+                    ):
+                        listeners.append((await SocketListener.from_socket(sock), address))
+                    continue
                 multi = await anyio.create_tcp_listener(
                     local_host=address.host, local_port=address.port
                 )
                 listeners.extend(
                     (lst, address) for lst in cast("list[SocketListener]", multi.listeners)
                 )
-            for lst, spec in listeners:  # the keys before the first accept
+            for lst, spec in listeners if self.settings.inherited else ():
                 apply_keys(lst.extra(SocketAttribute.raw_socket), spec.tcp_md5, spec.tcp_ao)
         except BaseException:
             for listener, _ in listeners:

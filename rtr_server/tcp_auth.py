@@ -2,8 +2,9 @@
 
 The keys come only from the configuration file (``[[listeners]] tcp_md5`` and ``tcp_ao``);
 `parse_md5_keys` and `parse_ao_keys` check them at start (a `ValueError` naming the key path,
-never the key). `apply_keys` installs them on a listening socket (accepted connections inherit
-them; the kernel drops unsigned or wrongly signed segments from a keyed peer), `rekey` adds the
+never the key). `bind_keyed` binds listening sockets with the keys set before ``listen``,
+`apply_keys` installs them on a socket (accepted connections inherit them; the kernel drops
+unsigned or wrongly signed segments from a keyed peer), `rekey` adds the
 new and removes the old ones on a live listener (SIGHUP rollover). Layouts: ``struct
 tcp_md5sig`` (``TCP_MD5SIG_EXT``) and ``struct tcp_ao_add`` / ``tcp_ao_del`` of the kernel's
 include/uapi/linux/tcp.h (TCP-AO since Linux 6.7, needs CONFIG_TCP_AO).
@@ -26,6 +27,7 @@ __all__ = [
     "TcpAuthError",
     "ao_supported",
     "apply_keys",
+    "bind_keyed",
     "parse_ao_keys",
     "parse_md5_keys",
     "rekey",
@@ -37,8 +39,9 @@ TCP_MD5SIG_MAXKEYLEN = 80
 TCP_AO_ADD_KEY = 38
 TCP_AO_DEL_KEY = 39
 TCP_AO_MAXKEYLEN = 80
-#: The algorithms Linux's TCP-AO accepts by these names (RFC 5926 and the kernel's ahash names).
-AO_ALGORITHMS = {"hmac(sha1)": 12, "cmac(aes128)": 12, "hmac(sha256)": 16}
+#: Algorithms by the kernel's crypto names, with the MAC length used: 96 bits, as RFC 5926
+#: gives for HMAC-SHA-1-96 and AES-128-CMAC-96 (and the usual choice for hmac(sha256)).
+AO_ALGORITHMS = {"hmac(sha1)": 12, "cmac(aes128)": 12, "hmac(sha256)": 12}
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -237,6 +240,36 @@ def apply_keys(
                 else (TCP_AO_ADD_KEY, ao_add(a, family))
             )
             _set(sock, option, value, f"TCP-AO key {a.key_id}/{a.rnext_id} for {a.peer}")
+
+
+def bind_keyed(
+    host: str, port: int, md5: Sequence[Md5Key], ao: Sequence[AoKey]
+) -> list[socket.socket]:
+    """Listening sockets for ``host``:``port`` whose keys are set between bind and listen.
+
+    So no router of a keyed prefix can connect unsigned in the moment after ``listen``. One
+    socket per address family of ``host`` (``::`` alone: one dual-stack socket).
+    """
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    addresses = list(dict.fromkeys((info[0], info[4]) for info in infos))
+    families = {family for family, _ in addresses}
+    sockets: list[socket.socket] = []
+    try:
+        for family, address in addresses:
+            sock = socket.socket(family, socket.SOCK_STREAM)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, len(families) > 1)
+            sock.bind(address)
+            apply_keys(sock, md5, ao)
+            sock.listen(65535)
+            sock.settimeout(0.0)  # non-blocking, as the event loop needs it
+    except BaseException:
+        for sock in sockets:
+            sock.close()
+        raise
+    return sockets
 
 
 def rekey(

@@ -46,7 +46,7 @@ def ao_socket(key: bytes, send_id: int, recv_id: int) -> socket.socket:
     """A client socket with one TCP-AO master key (hmac(sha256)) for 127.0.0.1."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     value = _sockaddr_in() + struct.pack(
-        "=64siIHBBBBBB80s", b"hmac(sha256)", 0, 0, 0, 32, send_id, recv_id, 16, 0, len(key), key
+        "=64siIHBBBBBB80s", b"hmac(sha256)", 0, 0, 0, 32, send_id, recv_id, 12, 0, len(key), key
     )
     sock.setsockopt(socket.IPPROTO_TCP, TCP_AO_ADD_KEY, value.ljust(288, b"\0"))
     return sock
@@ -153,6 +153,10 @@ def test_ipv4_keys_on_a_dual_stack_socket_are_taken_by_the_kernel() -> None:
         (
             AO_ENTRY.replace('"hmac(sha256)"', '"md5"'),
             "tcp_ao[0].algorithm",
+        ),
+        (
+            'tcp_md5 = [{ peer = "127.0.0.1", key = "s3cret" }]\n' + AO_ENTRY,
+            "127.0.0.1/32 also has a tcp_md5 key",
         ),
     ],
 )
