@@ -61,12 +61,14 @@ def activated(sockets: list[tuple[str, int]], *args: str) -> Iterator[subprocess
 
 
 @needs_activate
-def test_serves_rtr_and_http_on_the_passed_sockets(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_serves_rtr_and_http_on_the_passed_sockets(tmp_path: Path, backend: str) -> None:
     export = tmp_path / "export.json"
     write_export(export, base_export())
     rtr, http, unused = free_port(), free_port(), free_port()
     sockets = [("rtr", rtr), ("http", http)]
-    with activated(sockets, "--source", str(export), "--listen", f"127.0.0.1:{unused}") as proc:
+    args = ["--source", str(export), "--listen", f"127.0.0.1:{unused}", "--async-backend", backend]
+    with activated(sockets, *args) as proc:
         sock = connect_with_retry(rtr, proc)  # this connection starts rtr-serve
         with sock:
             sock.settimeout(DEADLINE)

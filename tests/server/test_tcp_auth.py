@@ -81,13 +81,16 @@ def config(export: Path, keyed: int, open_port: int, keys: str) -> str:
     )
 
 
-def test_md5_signed_router_served_unsigned_refused_and_sighup_rollover(tmp_path: Path) -> None:
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_md5_signed_router_served_unsigned_refused_and_sighup_rollover(
+    tmp_path: Path, backend: str
+) -> None:
     export, cfg = tmp_path / "export.json", tmp_path / "rtr-serve.toml"
     write_export(export, base_export())
     keyed, open_port = free_port(), free_port()
     old = 'tcp_md5 = [{ peer = "127.0.0.0/8", key = "old-secret" }]'
     cfg.write_text(config(export, keyed, open_port, old))
-    with rtr_serve("--config", str(cfg)) as (proc, log):
+    with rtr_serve("--config", str(cfg), "--async-backend", backend) as (proc, log):
         log.wait_for(lambda line: "listening for routers" in line.get("msg", ""))
         expected = table_over(md5_socket(None), open_port)  # the unkeyed listener
         assert expected > 0
