@@ -19,7 +19,6 @@ import math
 import socket
 from collections import Counter
 from collections.abc import Sequence
-from typing import cast
 
 import anyio
 from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
@@ -29,11 +28,11 @@ from rtr_protocol import SendDelta, SendFull
 from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.connection import RtrConnection
-from rtr_server.inherited_listeners import activated_listeners
+from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
-from rtr_server.tcp_auth import apply_keys, bind_keyed, rekey
+from rtr_server.tcp_auth import rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
 
@@ -118,29 +117,7 @@ class RtrServer:
         self._published = anyio.Event()
         if self.state is not None:
             self._published.set()
-        listeners: list[tuple[SocketListener, ListenAddress]] = []
-        try:
-            if self.settings.inherited:  # socket activation: systemd's sockets, no bind
-                listeners = await activated_listeners(self.settings.inherited, self.settings.listen)
-            for address in () if self.settings.inherited else self.settings.listen:
-                if address.tcp_md5 or address.tcp_ao:  # keys set before listen()
-                    for sock in bind_keyed(
-                        address.host, address.port, address.tcp_md5, address.tcp_ao
-                    ):
-                        listeners.append((await SocketListener.from_socket(sock), address))
-                    continue
-                multi = await anyio.create_tcp_listener(
-                    local_host=address.host, local_port=address.port
-                )
-                listeners.extend(
-                    (lst, address) for lst in cast("list[SocketListener]", multi.listeners)
-                )
-            for lst, spec in listeners if self.settings.inherited else ():
-                apply_keys(lst.extra(SocketAttribute.raw_socket), spec.tcp_md5, spec.tcp_ao)
-        except BaseException:
-            for listener, _ in listeners:
-                await listener.aclose()
-            raise
+        listeners, backlog = await open_listeners(self.settings)
         self.bound = [
             (
                 spec,
@@ -162,9 +139,13 @@ class RtrServer:
                 _keys_text(spec),
             )
         async with anyio.create_task_group() as tg:
+            names = []
             for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=True):
-                name = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-                tg.start_soon(self._accept_loop, listener, spec, name, tg)
+                names.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+                tg.start_soon(self._accept_loop, listener, spec, names[-1], tg)
+            for conn, i in backlog:  # waited in an inherited listener's backlog: served now
+                stream = await SocketStream.from_socket(conn)
+                self._admit(stream, tg, listeners[i][1], names[i])
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
 

@@ -28,6 +28,7 @@ __all__ = [
     "ao_supported",
     "apply_keys",
     "bind_keyed",
+    "drain_backlog",
     "parse_ao_keys",
     "parse_md5_keys",
     "rekey",
@@ -270,6 +271,40 @@ def bind_keyed(
             sock.close()
         raise
     return sockets
+
+
+def drain_backlog(
+    sock: socket.socket, md5: Sequence[Md5Key], ao: Sequence[AoKey]
+) -> tuple[list[socket.socket], int]:
+    """Take what waits in an inherited listener's backlog once its keys are set.
+
+    Those connections were made before the keys existed, so the kernel checked nothing: the
+    ones from keyed prefixes are closed (they reconnect, signed); the others are returned to be
+    served. Returns (kept connections, number closed).
+    """
+    keyed = [k.peer for k in md5] + [k.peer for k in ao]
+    kept: list[socket.socket] = []
+    closed = 0
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        while True:
+            try:
+                conn, address = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                break
+            peer = ipaddress.ip_address(address[0])
+            if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+                peer = peer.ipv4_mapped
+            if any(peer.version == net.version and peer in net for net in keyed):
+                conn.close()
+                closed += 1
+            else:
+                conn.settimeout(0.0)
+                kept.append(conn)
+    finally:
+        sock.settimeout(timeout)
+    return kept, closed
 
 
 def rekey(

@@ -11,7 +11,7 @@ import socket
 import subprocess
 import urllib.request
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -19,6 +19,7 @@ import pytest
 from rtr_protocol import PduFramer
 from rtr_server.socket_activation import inherited_sockets
 from tests.server.helpers import base_export, write_export
+from tests.server.rtr_client import reset_query
 from tests.server.test_cli import (
     DEADLINE,
     RTR_SERVE,
@@ -26,6 +27,7 @@ from tests.server.test_cli import (
     free_port,
     reset_until_data,
 )
+from tests.server.test_tcp_auth import md5_socket, refused, table_over
 
 ACTIVATE = shutil.which("systemd-socket-activate")
 needs_activate = pytest.mark.skipif(
@@ -159,3 +161,30 @@ def test_socket_unit_passes_systemd_analyze_verify(tmp_path: Path, bad: bool) ->
     assert done.returncode == 0, done.stderr
     assert done.stderr.strip() == "", done.stderr
     assert done.stdout.strip() == "", done.stdout
+
+
+@needs_activate
+def test_a_passed_socket_takes_the_md5_keys_of_its_configured_listener(tmp_path: Path) -> None:
+    """The unsigned connection that started rtr-serve waited in the backlog before the key
+    existed: it is closed, not served; then signed routers are served, unsigned refused."""
+    export, cfg = tmp_path / "export.json", tmp_path / "rtr-serve.toml"
+    write_export(export, base_export())
+    keyed = free_port()
+    cfg.write_text(
+        f'[[sources]]\nurl = "{export}"\n[[listeners]]\naddress = "127.0.0.1:{keyed}"\n'
+        'tcp_md5 = [{ peer = "127.0.0.1", key = "md5-secret" }]\n'
+    )
+    with activated([("rtr", keyed)], "--config", str(cfg)) as proc:
+        first = connect_with_retry(keyed, proc)  # unsigned: starts rtr-serve
+        with first:
+            first.settimeout(DEADLINE)
+            first.sendall(reset_query(2))
+            with suppress(ConnectionResetError):
+                assert first.recv(65536) == b""  # closed unanswered
+        assert table_over(md5_socket(b"md5-secret"), keyed) > 0
+        assert refused(md5_socket(None), keyed)
+        proc.terminate()
+        err = proc.communicate(timeout=DEADLINE)[1].decode()
+    assert proc.returncode == 0, err
+    assert "closed 1 connections from keyed routers" in err
+    assert "md5-secret" not in err
