@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import ipaddress
+import os
 import socket
 import struct
 from collections.abc import Sequence
@@ -45,6 +46,9 @@ TCP_AO_MAXKEYLEN = 80
 AO_ALGORITHMS = {"hmac(sha1)": 12, "cmac(aes128)": 12, "hmac(sha256)": 12}
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+NO_TCP_AO = "this kernel does not support TCP-AO (Linux >= 6.7 with CONFIG_TCP_AO is needed)"
 
 
 class TcpAuthError(OSError):
@@ -216,11 +220,7 @@ def _set(sock: socket.socket, option: int, value: bytes, what: str) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, option, value)
     except OSError as exc:
         if exc.errno == errno.ENOPROTOOPT and option in (TCP_AO_ADD_KEY, TCP_AO_DEL_KEY):
-            raise TcpAuthError(
-                exc.errno,
-                f"{what}: this kernel does not support TCP-AO (Linux >= 6.7 with "
-                "CONFIG_TCP_AO is needed)",
-            ) from None
+            raise TcpAuthError(exc.errno, f"{what}: {NO_TCP_AO}") from None
         raise TcpAuthError(exc.errno, f"{what}: {exc.strerror}") from None
 
 
@@ -340,5 +340,7 @@ def ao_supported() -> str | None:
         try:
             apply_keys(sock, (), (probe,))
         except TcpAuthError as exc:
-            return str(exc.strerror)
+            if exc.errno == errno.ENOPROTOOPT:
+                return NO_TCP_AO
+            return f"TCP-AO is unusable here: {os.strerror(exc.errno or 0)}"
     return None
