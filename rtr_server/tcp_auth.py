@@ -283,27 +283,29 @@ def drain_backlog(
     served. Returns (kept connections, number closed).
     """
     keyed = [k.peer for k in md5] + [k.peer for k in ao]
-    kept: list[socket.socket] = []
-    closed = 0
+    waiting: list[tuple[socket.socket, Any]] = []
     timeout = sock.gettimeout()
     sock.settimeout(0.0)
     try:
-        while True:
+        while True:  # all of them first: a router told "closed" reconnects after the drain
             try:
-                conn, address = sock.accept()
+                waiting.append(sock.accept())
             except (BlockingIOError, InterruptedError):
                 break
-            peer = ipaddress.ip_address(address[0])
-            if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
-                peer = peer.ipv4_mapped
-            if any(peer.version == net.version and peer in net for net in keyed):
-                conn.close()
-                closed += 1
-            else:
-                conn.settimeout(0.0)
-                kept.append(conn)
     finally:
         sock.settimeout(timeout)
+    kept: list[socket.socket] = []
+    closed = 0
+    for conn, address in waiting:
+        peer = ipaddress.ip_address(address[0])
+        if isinstance(peer, ipaddress.IPv6Address) and peer.ipv4_mapped is not None:
+            peer = peer.ipv4_mapped
+        if any(peer.version == net.version and peer in net for net in keyed):
+            conn.close()
+            closed += 1
+        else:
+            conn.settimeout(0.0)
+            kept.append(conn)
     return kept, closed
 
 
