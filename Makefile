@@ -57,6 +57,10 @@ test-deps:
 	  echo "installing systemd (Debian) for systemd-analyze verify of contrib/systemd"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd \
 	  || echo "systemd-analyze unavailable: the unit is checked structurally only"; }
+	@command -v systemd-socket-activate >/dev/null 2>&1 || { \
+	  echo "installing systemd (Debian) for the socket activation tests (systemd-socket-activate)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq systemd \
+	  || echo "systemd-socket-activate unavailable: the socket activation tests skip"; }
 	@bash .ci/chromium-setup.sh
 
 unit: $(STAMP) test-deps

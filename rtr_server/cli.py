@@ -65,7 +65,10 @@ async def _serve(
         with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
             stopper.app = await tg.start(_run_app, process.app, tg.cancel_scope)
             with stopper.reloads:  # the first stop signal ends reloading
-                await Reloader(stopper.app, process, load, origin=origin).serve(hangups)
+                reloader = Reloader(
+                    stopper.app, process, load, origin=origin, rekey=stopper.app.server.rekey
+                )
+                await reloader.serve(hangups)
             await anyio.sleep_forever()  # until the app has closed in order (it cancels tg)
     return None if stopper.app is None else stopper.app.shutdown
 

@@ -28,10 +28,12 @@ from rtr_server.settings import (
     TlsFiles,
     parse_listen,
 )
+from rtr_server.socket_activation import InheritedSocket, inherited_sockets
 from rtr_server.tls import make_server_context
 from upstream.slurm_files import load_slurm_files
 
 __all__ = [
+    "activated_sockets",
     "apply_config_file",
     "check_config",
     "config_from_args",
@@ -52,6 +54,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         raise ValueError("--max-aspa-providers must be in 1..16380")
     file_config: FileConfig | None = getattr(args, "file_config", None)
     listen = listen_addresses(args, file_config)
+    inherited = activated_sockets()
     tls = tls_files(args, listen)
     settings = ServerSettings(
         listen=listen,
@@ -65,13 +68,18 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
         tls=tls,
         tls_handshake_timeout=args.tls_handshake_timeout,
+        inherited=inherited,
     )
     http = None
-    if args.http is not None:
+    http_socket = next((s for s in inherited if s.name == "http"), None)
+    if args.http is not None or http_socket is not None:
         http = HttpSettings(
-            parse_http_address(args.http),
+            parse_http_address(args.http)
+            if http_socket is None
+            else ListenAddress(http_socket.host, http_socket.port),
             router_lag=args.metrics_router_lag,
             stale_after=args.health_stale_after,
+            inherited_fd=None if http_socket is None else http_socket.fd,
         )
     elif args.metrics_router_lag:
         raise ValueError("--metrics-router-lag needs --http")
@@ -118,6 +126,18 @@ def listen_addresses(
             for a in file_config.listeners
         ]
     return tuple(listen) or (ListenAddress("127.0.0.1", 8323, allow=allow),)
+
+
+def activated_sockets() -> tuple[InheritedSocket, ...]:
+    """The sockets systemd passed (`rtr_server.socket_activation`); raises ValueError."""
+    inherited = inherited_sockets()
+    for passed in inherited:
+        if passed.name == "rtr-ssh":
+            raise ValueError(
+                f"socket activation: descriptor {passed.fd} is named 'rtr-ssh', but this "
+                "rtr-serve has no SSH listener: remove that socket from the .socket unit"
+            )
+    return inherited
 
 
 def tls_files(args: argparse.Namespace, listen: tuple[ListenAddress, ...]) -> TlsFiles | None:

@@ -19,6 +19,9 @@ Shape (every key optional except ``url`` and ``group`` membership rules)::
     address = "[::]:324"
     tls = true               # needs [server] tls_cert and tls_key
     allow = ["192.0.2.0/24", "2001:db8::/32"]   # default: [server] allow (or everyone)
+    tcp_md5 = [{ peer = "192.0.2.0/24", key = "..." }]   # RFC 2385, one key per prefix
+    tcp_ao = [{ peer = "2001:db8::1", key_id = 1, rnext_id = 1, algorithm = "hmac(sha256)",
+                key = "..." }]       # RFC 5925; needs Linux >= 6.7 with CONFIG_TCP_AO
 
 Reading the file does no network I/O; a source URL is only parsed.
 """
@@ -33,6 +36,7 @@ from typing import Any
 
 from rtr_server.access import parse_networks
 from rtr_server.settings import ListenAddress, parse_listen
+from rtr_server.tcp_auth import AoKey, Md5Key, ao_supported, parse_ao_keys, parse_md5_keys
 from upstream.config import GroupConfig, SourceConfig
 
 #: [server] keys and the type each must have (int is accepted where a float is expected).
@@ -70,7 +74,13 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "slurm": list,
 }
 #: Keys of a [[listeners]] table.
-LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {"address": str, "tls": bool, "allow": list}
+LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {
+    "address": str,
+    "tls": bool,
+    "allow": list,
+    "tcp_md5": list,
+    "tcp_ao": list,
+}
 GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "priority": int,
@@ -265,8 +275,28 @@ def _parse_listeners(doc: dict[str, Any]) -> tuple[ListenAddress, ...]:
         except ValueError as exc:
             raise ConfigError(f"{path}.address: {exc}") from None
         allow = _networks(table["allow"], f"{path}.allow") if "allow" in table else None
-        listeners.append(ListenAddress(address.host, address.port, table.get("tls", False), allow))
+        md5, ao = _tcp_keys(table, path)
+        listeners.append(
+            ListenAddress(address.host, address.port, table.get("tls", False), allow, md5, ao)
+        )
     return tuple(listeners)
+
+
+def _tcp_keys(table: dict[str, Any], path: str) -> tuple[tuple[Md5Key, ...], tuple[AoKey, ...]]:
+    """A listener's TCP-MD5 and TCP-AO keys; TCP-AO only where this kernel has it."""
+    try:
+        md5 = parse_md5_keys(table["tcp_md5"], f"{path}.tcp_md5") if "tcp_md5" in table else ()
+        ao = parse_ao_keys(table["tcp_ao"], f"{path}.tcp_ao") if "tcp_ao" in table else ()
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    both = sorted({str(k.peer) for k in md5} & {str(k.peer) for k in ao})
+    if both:
+        raise ConfigError(f"{path}.tcp_ao: {both[0]} also has a tcp_md5 key (one or the other)")
+    if ao:
+        unsupported = ao_supported()
+        if unsupported is not None:
+            raise ConfigError(f"{path}.tcp_ao: {unsupported}")
+    return md5, ao
 
 
 def load_config_file(path: Path) -> FileConfig:

@@ -8,6 +8,8 @@ is logged with the reason and nothing changes. Then:
   with their data, new ones start, removed ones stop. A change the client refuses (e.g. an
   unreadable ``ca_file``) is logged and nothing changes;
 * ``log_level`` and ``log_format`` are applied;
+* the TCP-MD5/AO keys of the listeners go to the live listening sockets (``rekey``: new keys are
+  added before old ones are removed, so a router can move to its new key at any time);
 * everything else (listen addresses, timers, limits, history, the event loop, ...) cannot change
   while running: the reload names those options, says they need a restart and keeps them.
 
@@ -27,6 +29,8 @@ import anyio
 
 from rtr_server.app_config import AppConfig
 from rtr_server.logs import LogSettings, configure
+from rtr_server.settings import ListenAddress
+from rtr_server.tcp_auth import TcpAuthError
 from upstream.client import Client
 
 log = logging.getLogger(__name__)
@@ -99,6 +103,14 @@ def _differing_fields(before: object, after: object) -> list[str]:
     return names
 
 
+def _without_keys(config: ProcessConfig) -> ProcessConfig:
+    """``config`` with the listeners' TCP-MD5/AO keys left out (they change at runtime)."""
+    server = config.app.server
+    listen = tuple(dataclasses.replace(a, tcp_md5=(), tcp_ao=()) for a in server.listen)
+    app = dataclasses.replace(config.app, server=dataclasses.replace(server, listen=listen))
+    return dataclasses.replace(config, app=app)
+
+
 class Reloader:
     """Applies reloads to a running app (`Reloadable`), one at a time; see the module docstring."""
 
@@ -110,6 +122,7 @@ class Reloader:
         *,
         origin: str = "configuration file",
         configure_logging: Callable[[LogSettings], None] = configure,
+        rekey: Callable[[tuple[ListenAddress, ...]], list[str]] | None = None,
     ) -> None:
         """Reload ``app`` with ``load`` (None: started without a file); ``current`` is in force.
 
@@ -121,6 +134,8 @@ class Reloader:
         self.load = load
         self.origin = origin
         self.configure_logging = configure_logging
+        #: Applies the listeners' TCP-MD5/AO keys (`RtrServer.rekey`); None: keys need a restart.
+        self.rekey = rekey
         self.reloads = 0
         self.failures = 0
         self._lock = anyio.Lock()
@@ -153,9 +168,22 @@ class Reloader:
         except ValueError as exc:
             self._failed(str(exc))
             return ReloadOutcome.FAILED
+        changed: list[str] = []
+        keys_changed = new.app.server.listen != self.current.app.server.listen
+        if self.rekey is not None and keys_changed:
+            restart = restart_only_changes(_without_keys(self.current), _without_keys(new))
+            if "listen" not in restart:
+                try:
+                    done = self.rekey(new.app.server.listen)
+                except TcpAuthError as exc:
+                    self._failed(str(exc.strerror))
+                    return ReloadOutcome.FAILED
+                for line in done:
+                    log.info("reload: %s", line)
+                changed.append("TCP-MD5/AO keys")
+                self._set_listen(new.app.server.listen)
         restart = restart_only_changes(self.current, new)
         client = self.app.client
-        changed: list[str] = []
         revision: int | None = 0  # a state follower runs no sources: only logging can change
         if client is not None:
             revision = await self._apply_sources(new, changed)
@@ -186,6 +214,11 @@ class Reloader:
             revision=revision,
         )
         return outcome
+
+    def _set_listen(self, listen: tuple[ListenAddress, ...]) -> None:
+        server = dataclasses.replace(self.app.config.server, listen=listen)
+        self.app.config = dataclasses.replace(self.app.config, server=server)
+        self.current = dataclasses.replace(self.current, app=self.app.config)
 
     async def _apply_sources(self, new: ProcessConfig, changed: list[str]) -> int | None:
         """Apply changed sources and groups; the revision in force, or None after a failure."""

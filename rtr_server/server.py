@@ -14,11 +14,11 @@ Cache Restart (or Cache Shutdown), every stream is closed.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import socket
 from collections.abc import Sequence
-from typing import cast
 
 import anyio
 from anyio.abc import (
@@ -36,9 +36,11 @@ from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.admission import Admission, Ticket
 from rtr_server.connection import RtrConnection
+from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
+from rtr_server.tcp_auth import rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
 
@@ -67,6 +69,7 @@ class RtrServer:
         self.addresses: list[tuple[str, int]] = []
         #: What each bound socket serves, in the order of ``addresses``.
         self.bound: list[tuple[ListenAddress, str, int]] = []
+        self._sockets: list[socket.socket] = []
 
     # ------------------------------------------------------------------ data
     def publish(self, state: PublishedState) -> None:
@@ -122,19 +125,7 @@ class RtrServer:
         self._published = anyio.Event()
         if self.state is not None:
             self._published.set()
-        listeners: list[tuple[SocketListener, ListenAddress]] = []
-        try:
-            for address in self.settings.listen:
-                multi = await anyio.create_tcp_listener(
-                    local_host=address.host, local_port=address.port
-                )
-                listeners.extend(
-                    (lst, address) for lst in cast("list[SocketListener]", multi.listeners)
-                )
-        except BaseException:
-            for listener, _ in listeners:
-                await listener.aclose()
-            raise
+        listeners, backlog = await open_listeners(self.settings)
         self.bound = [
             (
                 spec,
@@ -144,20 +135,49 @@ class RtrServer:
             for lst, spec in listeners
         ]
         self.addresses = [(host, port) for _, host, port in self.bound]
+        self._sockets = [lst.extra(SocketAttribute.raw_socket) for lst, _ in listeners]
         for spec, host, port in self.bound:
             log.info(
-                "listening for routers on %s port %d%s%s",
+                "listening for routers on %s port %d%s%s%s%s",
                 host,
                 port,
                 " (TLS)" if spec.tls else "",
+                " (socket from systemd)" if self.settings.inherited else "",
                 "" if spec.allow is None else f", allowed: {', '.join(map(str, spec.allow))}",
+                _keys_text(spec),
             )
         async with anyio.create_task_group() as tg:
+            names = []
             for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=True):
-                name = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-                tg.start_soon(self._accept_loop, listener, spec, name, tg)
+                names.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
+                tg.start_soon(self._accept_loop, listener, spec, names[-1], tg)
+            for conn, i in backlog:  # waited in an inherited listener's backlog: served now
+                stream = await SocketStream.from_socket(conn)
+                self._admit(stream, tg, listeners[i][1], names[i])
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
+
+    def rekey(self, listen: Sequence[ListenAddress]) -> list[str]:
+        """Apply the TCP-MD5/AO keys of ``listen`` to the live listeners at the same addresses.
+
+        New keys are added before old ones are removed (rollover); returns what changed.
+        """
+        changes: list[str] = []
+        for i, (spec, host, port) in enumerate(self.bound):
+            for new in listen:
+                if (str(new), new.tls) == (str(spec), spec.tls) or (
+                    self.settings.inherited and (new.port, new.tls) == (spec.port, spec.tls)
+                ):
+                    old_keys = (spec.tcp_md5, spec.tcp_ao)
+                    done = rekey(self._sockets[i], old_keys, (new.tcp_md5, new.tcp_ao))
+                    changes += [f"{text} on {host} port {port}" for text in done]
+                    self.bound[i] = (
+                        dataclasses.replace(spec, tcp_md5=new.tcp_md5, tcp_ao=new.tcp_ao),
+                        host,
+                        port,
+                    )
+                    break
+        return changes
 
     async def _accept_loop(
         self, listener: SocketListener, spec: ListenAddress, name: str, tg: TaskGroup
@@ -329,6 +349,16 @@ class _Slot:
             self.connection.evict()
         else:
             self.scope.cancel()
+
+
+def _keys_text(spec: ListenAddress) -> str:
+    """``, TCP-MD5 for …`` and ``, TCP-AO for …`` (the peers, never the keys)."""
+    text = ""
+    if spec.tcp_md5:
+        text += f", TCP-MD5 for {', '.join(str(k.peer) for k in spec.tcp_md5)}"
+    if spec.tcp_ao:
+        text += f", TCP-AO for {', '.join(f'{k.peer} (key {k.key_id})' for k in spec.tcp_ao)}"
+    return text
 
 
 def _log_close(connection: RtrConnection, duration: float) -> None:

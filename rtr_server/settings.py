@@ -8,6 +8,8 @@ from pathlib import Path
 
 from rtr_protocol.constants import MAX_VERSION, Timers
 from rtr_server.access import Network
+from rtr_server.socket_activation import InheritedSocket
+from rtr_server.tcp_auth import AoKey, Md5Key
 
 
 class ShutdownNotice(enum.Enum):
@@ -29,6 +31,9 @@ class ListenAddress:
     tls: bool = False
     #: Router networks admitted; None admits every address.
     allow: tuple[Network, ...] | None = None
+    #: TCP-MD5 and TCP-AO keys per router prefix (`rtr_server.tcp_auth`; config file only).
+    tcp_md5: tuple[Md5Key, ...] = ()
+    tcp_ao: tuple[AoKey, ...] = ()
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
@@ -38,6 +43,10 @@ class ListenAddress:
         text = f"{self}{' tls' if self.tls else ''}"
         if self.allow is not None:
             text += f" allow {','.join(str(n) for n in self.allow)}"
+        if self.tcp_md5:
+            text += f" tcp-md5 {','.join(str(k.peer) for k in self.tcp_md5)}"
+        if self.tcp_ao:
+            text += f" tcp-ao {','.join(f'{k.peer}#{k.key_id}' for k in self.tcp_ao)}"
         return text
 
 
@@ -92,6 +101,8 @@ class ServerSettings:
     tls: TlsFiles | None = None
     #: A TLS handshake not finished within this many seconds is abandoned.
     tls_handshake_timeout: float = 10.0
+    #: Sockets passed by systemd (socket activation): served instead of binding ``listen``.
+    inherited: tuple[InheritedSocket, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.listen:
@@ -108,6 +119,8 @@ class ServerSettings:
             raise ValueError("write timeout must be positive")
         if self.chunk_size < 4096:
             raise ValueError("chunk size must be at least 4096")
+        if self.tls is None and any(s.name == "rtr-tls" for s in self.inherited):
+            raise ValueError("an rtr-tls socket needs a certificate and key (tls_cert, tls_key)")
         if self.tls is None and any(a.tls for a in self.listen):
             raise ValueError("TLS listeners need a certificate and key (--tls-cert, --tls-key)")
         if self.tls_handshake_timeout <= 0:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -81,8 +82,14 @@ class HttpServer:
     ) -> None:
         """Listen until cancelled; reports the bound (host, port) pairs once listening."""
         address = self.settings.listen
-        multi = await anyio.create_tcp_listener(local_host=address.host, local_port=address.port)
-        listeners = cast("list[SocketListener]", multi.listeners)
+        if self.settings.inherited_fd is not None:  # socket activation
+            sock = socket.socket(fileno=self.settings.inherited_fd)
+            listeners = [await SocketListener.from_socket(sock)]
+        else:
+            multi = await anyio.create_tcp_listener(
+                local_host=address.host, local_port=address.port
+            )
+            listeners = cast("list[SocketListener]", multi.listeners)
         self.addresses = [
             (
                 str(lst.extra(SocketAttribute.local_address)[0]),

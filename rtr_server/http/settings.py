@@ -41,6 +41,8 @@ class HttpSettings:
     router_lag: bool = False
     #: See `DEFAULT_STALE_AFTER`.
     stale_after: float = DEFAULT_STALE_AFTER
+    #: A listening socket passed by systemd (name ``http``): served instead of binding ``listen``.
+    inherited_fd: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_connections < 1 or self.max_requests_per_connection < 1:
