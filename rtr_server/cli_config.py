@@ -61,6 +61,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         max_connections=args.max_connections,
         max_per_ip=args.max_per_ip,
         query_timeout=args.query_timeout,
+        arrival_hold=args.arrival_hold,
         write_timeout=args.write_timeout,
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
         tls=tls,
