@@ -6,29 +6,34 @@ both without and with --state. Each must hold exactly the new data; the times go
 from __future__ import annotations
 
 import re
+import shutil
 import time
+from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
 from test_v2_peers import (
+    SUMMARY_PATH,
     bird_holds,
-    daemon_versions,  # noqa: F401 - fixture
     describe_bird,
     describe_openbgpd,
-    lab,  # noqa: F401 - fixture
     note,
     openbgpd_holds,
+    stop_stale_processes,
     wait_all,
 )
 from v2lab import (
     REAL_REFERENCE_TIME,
     REAL_TABLE,
+    ROOT,
     Bird,
     LabDir,
     OpenBgpd,
     Payload,
     RtrServer,
+    check_chroot,
+    chroot_processes,
     free_port,
     load_export,
     log_time,
@@ -52,6 +57,34 @@ EXPORT_A = [
 EXPORT_B = [("192.0.2.0/24", 24, 64496), ("203.0.113.0/24", 24, 64499)]
 ASPAS_A = [(64496, [64497, 64498])]
 ASPAS_B = [(64496, [64497])]
+
+
+@pytest.fixture(scope="module")
+def chroot_ready(request: pytest.FixtureRequest) -> Iterator[str]:
+    """As test_v2_peers' ``daemon_versions``, but adding to its summary instead of clearing it."""
+    try:
+        versions = check_chroot()
+    except (RuntimeError, OSError) as exc:
+        pytest.fail(str(exc))
+    stop_stale_processes()
+    yield versions
+    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
+    capture = request.config.pluginmanager.get_plugin("capturemanager")
+    if reporter is not None and capture is not None and SUMMARY_PATH.exists():
+        with capture.global_and_fixture_disabled():
+            reporter.write_line("")
+            reporter.write_sep("-", "rtr-serve RTR v2 interop summary (Debian 13 chroot)")
+            reporter.write(SUMMARY_PATH.read_text())
+    left = chroot_processes()
+    assert not left, f"processes left in the lab chroot: {left}"
+
+
+@pytest.fixture
+def lab(chroot_ready: str, request: pytest.FixtureRequest) -> LabDir:
+    """A fresh folder in the chroot for this test (kept afterwards)."""
+    name = f"v2-{request.node.name}"
+    shutil.rmtree(ROOT / "lab" / name, ignore_errors=True)
+    return LabDir(name)
 
 
 def _peers(stack: ExitStack, where: LabDir, port: int) -> tuple[Bird, OpenBgpd]:
@@ -86,7 +119,7 @@ def _listening(server: RtrServer) -> float:
 
 
 @pytest.mark.timeout(420)
-def test_peers_started_while_rtr_serve_loads_the_real_table(lab: LabDir) -> None:  # noqa: F811
+def test_peers_started_while_rtr_serve_loads_the_real_table(lab: LabDir) -> None:
     """Both peers connect before the first publish; their v2 queries are held and answered with
     the real table (BIRD's VRPs and ASPAs compared one by one; OpenBGPD's counts)."""
     section = "arrival (a): started while rtr-serve loads the real table"
@@ -134,7 +167,7 @@ def _write(
 
 
 @pytest.mark.timeout(300)
-def test_bird_before_rtr_serve_then_restarts(lab: LabDir, tmp_path: Path) -> None:  # noqa: F811
+def test_bird_before_rtr_serve_then_restarts(lab: LabDir, tmp_path: Path) -> None:
     """(b) BIRD started before rtr-serve runs (its ``retry 5`` redials); (c) rtr-serve restarted
     on the same port without --state (export B) and with --state (A, recovered): both peers
     hold exactly the new data each time."""
