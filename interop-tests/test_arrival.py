@@ -222,3 +222,35 @@ def test_daemon_converges_after_restarts(restarts: Restarts, name: str) -> None:
     story = peer_log(restarts.lab.server, peer_name(restarts.lab.connection_port(name)))
     assert story.connected == 1, story
     assert story.resets, story
+
+
+def test_gobgp_that_got_no_data_is_redialled_at_the_first_publish() -> None:
+    """GoBGP 3.10 (v0) ignores a Serial Notify for serial 0 while its own serial is 0: after No
+    Data Available (here the hold is cut to 0.5 s) it would wait minutes. rtr-serve closes its
+    session at the first publish, and the redial gets the table."""
+    run_dir = run_root() / "arrival-redial"
+    run_dir.mkdir()
+    served = run_dir / "served.json"  # does not exist yet: no data
+    write_a(run_dir / "export-a.json")
+    a = expected_from_export(run_dir / "export-a.json")
+    with (
+        start_rtr_serve(served, run_dir, extra=["--arrival-hold", "0.5"]) as server,
+        daemons_running(run_dir, server.port, ["gobgp"]) as clients,
+        timelines(clients) as polls,
+    ):
+        lab = Lab("arrival-redial", server, clients, served, run_dir, timelines=polls)
+        server.wait_log(r"no data within the arrival hold", 60)
+        replace_atomically(run_dir / "export-a.json", served)
+        server.wait_log(r"published serial 0 ", 60)
+        published = published_at(server, 0)
+        assert published is not None
+        wait_holds(clients["gobgp"], a, HOLD_TIMEOUT, serial=0)
+        took = lab.held_time("gobgp", a, published, serial=0)
+        assert server.count(r"closed: closed at the first data so the router redials") == 1
+        story = lab.first_connection("gobgp")
+        assert story.connected == 1, story
+        assert [r.version for r in story.resets] == [0], story
+        seconds = float(took.split()[0]) if took != "?" else HOLD_TIMEOUT
+        assert seconds < BOUND, took
+        summary.note(f"GoBGP after No Data: closed at the first publish, held the table +{took}")
+        clients["gobgp"].stop()
