@@ -224,6 +224,12 @@ def check_config(path: Path) -> int:
         f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "
         f"notify interval {config.server.notify_interval:g} s; history {config.history}\n"
     )
+    hold = config.server.arrival_hold
+    out.write(
+        f"  arrival hold: queries before the first data wait up to {hold:g} s\n"
+        if hold
+        else "  arrival hold: off (No Data Available before the first data)\n"
+    )
     out.write(f"  logging: level {args.log_level}, format {args.log_format}\n")
     if config.group_sources:
         for group in sorted(config.groups, key=lambda g: g.priority):

@@ -147,6 +147,10 @@ def test_check_config_valid_and_invalid(tmp_path: Path) -> None:
     assert "valid" in done.stdout
     assert "group primary (priority 10" in done.stdout
     assert "source validator-a: rtr://192.0.2.10:3323" in done.stdout
+    assert "arrival hold: queries before the first data wait up to 50 s" in done.stdout
+    path.write_text(GOOD.replace("[server]", "[server]\narrival_hold = 0", 1))
+    done = run_check(path)
+    assert "arrival hold: off (No Data Available before the first data)" in done.stdout
     path.write_text(GOOD.replace("refresh = 900", "refresh = 0"))
     done = run_check(path)
     assert done.returncode == 2
