@@ -21,6 +21,7 @@ __all__ = [
     "Action",
     "Close",
     "CloseReason",
+    "Hold",
     "SendCacheReset",
     "SendDelta",
     "SendError",
@@ -47,6 +48,9 @@ class CloseReason(enum.Enum):
     ROUTER_ERROR = "router_error"
     #: The router broke the protocol; we closed, with an Error Report where one exists.
     PROTOCOL_ERROR = "protocol_error"
+    #: Closed at the first publish so a v0 router that got No Data redials (it may ignore a
+    #: Serial Notify for serial 0 while its own serial is 0, as GoBGP 3.10 does).
+    REDIAL = "redial"
     #: Not known (yet): the session has not ended.
     UNKNOWN = "unknown"
 
@@ -96,6 +100,19 @@ class SendError:
 
 
 @dataclass(frozen=True, slots=True)
+class Hold:
+    """A query arrived while there is no data: nothing to write yet.
+
+    The session is HELD. The I/O layer answers it at the first publish (`next_action` with a
+    state) or, when its hold time runs out first, with `ServerSession.hold_expired`.
+    """
+
+    version: int
+    #: The held query is a Serial Query (else a Reset Query).
+    serial_query: bool
+
+
+@dataclass(frozen=True, slots=True)
 class Close:
     """Write ``data`` (an Error Report of ``error``, or nothing), then close the connection."""
 
@@ -106,4 +123,4 @@ class Close:
     error: ErrorCode | None = None
 
 
-Action = SendFull | SendDelta | SendCacheReset | SendError | Close
+Action = SendFull | SendDelta | SendCacheReset | SendError | Hold | Close

@@ -11,10 +11,17 @@ Rule 2: nothing here does I/O or reads a clock. The I/O layer pumps::
     while (action := session.next_action(publisher.current)) is not NEED_DATA:
         SendFull / SendDelta        -> write the shared encoded reply, then response_sent()
         SendCacheReset / SendError  -> write action.data
+        Hold                        -> nothing to write yet (see below)
         Close                       -> write action.data, then close the transport
 
 and asks `ServerSession.serial_notify` / `ServerSession.goodbye` for unsolicited PDUs (rate
 limiting Serial Notify by time is the I/O layer's job).
+
+Arrival before data: with ``hold=True`` a query that arrives while there is no data is held
+(`Hold`, state HELD) instead of answered with No Data Available. The next `next_action` with a
+state answers it; the I/O layer owns the time bound and calls `hold_expired` for the No Data
+answer. A v0 session that got No Data and never data says `wants_redial`; `redial` closes it
+(a v0 router may ignore a Serial Notify for serial 0 while its own serial is 0).
 
 Decisions taken where the digest leaves room: No Data Available (Error 2) carries no
 encapsulated PDU; an error PDU whose type octet says Error Report is never answered, even when
@@ -33,6 +40,7 @@ from rtr_protocol.actions import (
     Action,
     Close,
     CloseReason,
+    Hold,
     SendCacheReset,
     SendDelta,
     SendError,
@@ -59,6 +67,10 @@ if TYPE_CHECKING:
     from snapshot import PublishedState
 
 
+#: Octets a router may send while its query is held (routers send nothing while they wait).
+HELD_BUFFER_LIMIT = 65_536
+
+
 class SessionState(enum.Enum):
     """Where a `ServerSession` is in its life."""
 
@@ -68,6 +80,8 @@ class SessionState(enum.Enum):
     IDLE = enum.auto()
     #: A SendFull/SendDelta was handed out; the I/O layer is writing it.
     RESPONDING = enum.auto()
+    #: A query came while there was no data (`Hold`); it is answered at the first data.
+    HELD = enum.auto()
     #: Finished: a Close was handed out (or `goodbye` was called).
     CLOSED = enum.auto()
 
@@ -85,13 +99,18 @@ class ServerSession:
         max_version: highest protocol version offered; the Error 4 reply carries it.
         min_version: lowest version accepted; a lower query gets Error 4 and a close.
         max_pdu_size: largest inbound PDU accepted by the framer.
+        hold: hold a query that arrives before there is data (`Hold`) instead of answering
+            No Data Available at once.
     """
 
     __slots__ = (
         "_close_detail",
         "_close_reason",
         "_framer",
+        "_held",
+        "_hold",
         "_last_serial",
+        "_no_data_sent",
         "_pending",
         "_session_id",
         "_state",
@@ -106,6 +125,7 @@ class ServerSession:
         max_version: int = MAX_VERSION,
         min_version: int = 0,
         max_pdu_size: int = MAX_PDU_SIZE,
+        hold: bool = False,
     ) -> None:
         """Start in AWAITING_QUERY."""
         if not 0 <= min_version <= max_version <= MAX_VERSION:
@@ -121,6 +141,9 @@ class ServerSession:
         self._session_id: int | None = None
         self._last_serial: Serial | None = None
         self._pending: tuple[int, Serial] | None = None
+        self._hold = hold
+        self._held: SerialQuery | ResetQuery | None = None
+        self._no_data_sent = False
         self._close_reason = CloseReason.UNKNOWN
         self._close_detail = ""
 
@@ -150,6 +173,26 @@ class ServerSession:
         """True when a Serial Notify may be sent now: negotiated and between responses."""
         return self._version is not None and self._state is SessionState.IDLE
 
+    @property
+    def held(self) -> bool:
+        """True while a query waits for the first data (state HELD)."""
+        return self._state is SessionState.HELD
+
+    @property
+    def wants_redial(self) -> bool:
+        """True for an idle v0 session that got No Data Available and never any data.
+
+        At the first publish the I/O layer closes it with `redial`: a v0 router may ignore a
+        Serial Notify for serial 0 while its own serial is 0 (GoBGP 3.10 does), and reconnecting
+        makes it ask again.
+        """
+        return (
+            self._no_data_sent
+            and self._last_serial is None
+            and self._version == 0
+            and self._state is SessionState.IDLE
+        )
+
     # ----------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
         """Feed received bytes; ``b""`` means the router closed its side.
@@ -178,6 +221,8 @@ class ServerSession:
             raise RuntimeError("next_action() while a response is being written")
         if self._state is SessionState.CLOSED:
             return Close(self._close_reason, self._close_detail)
+        if self._state is SessionState.HELD:
+            return self._on_held(state)
         try:
             pdu = self._framer.next_pdu()
         except RtrProtocolError as exc:
@@ -213,6 +258,29 @@ class ServerSession:
         self._session_id, self._last_serial = self._pending
         self._pending = None
         self._state = SessionState.IDLE
+
+    def hold_expired(self) -> SendError:
+        """The I/O layer's hold time ran out: answer the held query with No Data Available.
+
+        Raises:
+            RuntimeError: when no query is held.
+        """
+        held = self._held
+        if self._state is not SessionState.HELD or held is None:
+            raise RuntimeError("hold_expired() without a held query")
+        self._held = None
+        self._state = SessionState.IDLE
+        return self._no_data(held.version)
+
+    def redial(self) -> Close:
+        """Close a session that `wants_redial` (no Error Report: the router should come back).
+
+        Raises:
+            RuntimeError: when the session does not want a redial.
+        """
+        if not self.wants_redial:
+            raise RuntimeError("redial() on a session that does not want one")
+        return self._close(CloseReason.REDIAL, "closed at the first data so the router redials")
 
     # ----------------------------------------------------------------- output
     def serial_notify(self, state: PublishedState) -> bytes | None:
@@ -316,8 +384,32 @@ class ServerSession:
         return None
 
     def _no_data(self, version: int) -> SendError:
+        self._no_data_sent = True
         code = ErrorCode.NO_DATA_AVAILABLE
         return SendError(code, self._error(version, code, b"", "No data available"))
+
+    def _hold_query(self, pdu: SerialQuery | ResetQuery) -> Hold:
+        self._held = pdu
+        self._state = SessionState.HELD
+        return Hold(pdu.version, isinstance(pdu, SerialQuery))
+
+    def _on_held(self, state: PublishedState | None) -> Action | NeedData:
+        """HELD: answer the held query once there is data; until then read only for EOF."""
+        held = self._held
+        assert held is not None
+        if state is None:
+            if self._framer.eof:
+                return self._close(CloseReason.PEER_CLOSED, "peer closed")
+            if self._framer.buffered > HELD_BUFFER_LIMIT:
+                return self._close(
+                    CloseReason.PROTOCOL_ERROR, "router kept sending while its query was held"
+                )
+            return NEED_DATA
+        self._held = None
+        self._state = SessionState.IDLE
+        if isinstance(held, SerialQuery):
+            return self._on_serial_query(held, state)
+        return self._on_reset_query(held, state)
 
     def _respond(self, action: SendFull | SendDelta) -> SendFull | SendDelta:
         self._pending = (action.session_id, action.state.serial)
@@ -335,16 +427,17 @@ class ServerSession:
         return self._on_reset_query(pdu, state)
 
     def _on_reset_query(self, pdu: Pdu, state: PublishedState | None) -> Action:
+        assert isinstance(pdu, ResetQuery)
         version = pdu.version
         if state is None:
-            return self._no_data(version)
+            return self._hold_query(pdu) if self._hold else self._no_data(version)
         return self._respond(SendFull(version, state))
 
     def _on_serial_query(self, pdu: Pdu, state: PublishedState | None) -> Action:
         assert isinstance(pdu, SerialQuery)
         version = pdu.version
         if state is None:
-            return self._no_data(version)
+            return self._hold_query(pdu) if self._hold else self._no_data(version)
         if self._session_id is not None and pdu.session_id != self._session_id:
             return self._fatal(
                 ErrorCode.CORRUPT_DATA,

@@ -382,6 +382,15 @@ def build_parser() -> OptionParser:
     )
     p.option(
         lim,
+        "--arrival-hold",
+        type=_non_negative_float,
+        default=50.0,
+        metavar="S",
+        help="hold a query that arrives before the first data up to S seconds and answer it "
+        "with the data; after S, No Data Available (default 50; 0 answers No Data at once)",
+    )
+    p.option(
+        lim,
         "--write-timeout",
         type=_positive_float,
         metavar="S",

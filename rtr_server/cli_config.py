@@ -64,6 +64,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         max_connections=args.max_connections,
         max_per_ip=args.max_per_ip,
         query_timeout=args.query_timeout,
+        arrival_hold=args.arrival_hold,
         write_timeout=args.write_timeout,
         shutdown_notice=ShutdownNotice(args.shutdown_notice),
         tls=tls,
@@ -242,6 +243,12 @@ def check_config(path: Path) -> int:
     out.write(
         f"  timers: refresh {t.refresh} s, retry {t.retry} s, expire {t.expire} s; "
         f"notify interval {config.server.notify_interval:g} s; history {config.history}\n"
+    )
+    hold = config.server.arrival_hold
+    out.write(
+        f"  arrival hold: queries before the first data wait up to {hold:g} s\n"
+        if hold
+        else "  arrival hold: off (No Data Available before the first data)\n"
     )
     out.write(f"  logging: level {args.log_level}, format {args.log_format}\n")
     if config.group_sources:

@@ -54,6 +54,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "max_connections": int,
     "max_per_ip": int,
     "query_timeout": (int, float),
+    "arrival_hold": (int, float),
     "write_timeout": (int, float),
     "shutdown_notice": str,
     "log_level": str,

@@ -8,6 +8,12 @@ holds at most the socket buffers and a reference to shared bytes, and never slow
 Unsolicited Error Reports (10 on a stall, 12/13 at shutdown; v2 only) are sent only when the
 stream is at a PDU boundary: after a write cut short mid-PDU one would be misframed, so the
 connection is just closed.
+
+A query that arrives before the first publish is held (`Hold`) for at most ``arrival_hold``
+seconds: the connection keeps reading (only EOF matters then) until the server's publish wakes
+it and the session answers from the shared encoding, or until the hold time runs out and the
+session answers No Data Available. A v0 session that got No Data is closed at the first data
+(`ServerSession.redial`), so a router that ignores the Serial Notify for serial 0 asks again.
 """
 
 from __future__ import annotations
@@ -27,13 +33,14 @@ from rtr_protocol import (
     Close,
     CloseReason,
     ErrorCode,
+    Hold,
     SendCacheReset,
     SendDelta,
     SendError,
     SendFull,
     ServerSession,
 )
-from rtr_server.serving import ServingContext
+from rtr_server.serving import HeldAnswer, ServingContext
 from rtr_server.settings import ShutdownNotice
 
 log = logging.getLogger(__name__)
@@ -97,6 +104,7 @@ class RtrConnection:
         self.session = ServerSession(
             max_version=settings.max_version,
             min_version=settings.min_version,
+            hold=settings.arrival_hold > 0,
         )
         self.stats = ConnectionStats()
         #: Why the session ended (a bounded set) and what exactly happened (for the log).
@@ -114,6 +122,10 @@ class RtrConnection:
     def request_notify(self) -> None:
         """Ask for a Serial Notify at the next point between responses."""
         self._notify_wanted = True
+        self.wake()
+
+    def wake(self) -> None:
+        """Interrupt the read so the pump looks at the server's state again (e.g. a publish)."""
         scope = self._receive_scope
         if scope is not None:
             scope.cancel()
@@ -163,36 +175,59 @@ class RtrConnection:
         session = self.session
         server = self.server
         query_deadline = anyio.current_time() + self._query_timeout
+        hold_deadline = math.inf
+        held_at: float | None = None
         while True:
             action = session.next_action(server.state)
             if self._on_query is not None and session.version is not None:
                 self._on_query()  # a valid query negotiated it: never evicted from now on
                 self._on_query = None
             if action is NEED_DATA:
-                if self._notify_wanted:
-                    await self._maybe_notify()
-                deadline = query_deadline if session.version is None else math.inf
-                data = await self._receive(deadline)
-                if data is None:
-                    if self._evicted:
-                        raise _EvictedError
-                    continue  # woken for a notify
-                self.stats.bytes_received += len(data)
-                session.receive_data(data)
-                continue
-            if isinstance(action, SendFull | SendDelta):
-                if isinstance(action, SendFull):
-                    self.stats.reset_queries += 1
-                    server.stats.reset_queries += 1
+                if session.held and anyio.current_time() >= hold_deadline:
+                    server.hold_expired(self.peer)
+                    held_at = None
+                    action = session.hold_expired()
+                elif server.state is not None and session.wants_redial:
+                    action = session.redial()
                 else:
-                    self.stats.serial_queries += 1
-                    server.stats.serial_queries += 1
+                    if self._notify_wanted:
+                        await self._maybe_notify()
+                    if session.held:
+                        deadline = hold_deadline
+                    elif session.version is None:
+                        deadline = query_deadline
+                    else:
+                        deadline = math.inf
+                    data = await self._receive(deadline)
+                    if data is None:
+                        if self._evicted:
+                            raise _EvictedError
+                        if session.version is None and anyio.current_time() >= deadline:
+                            raise _QueryTimeoutError
+                        continue  # woken (notify, publish) or the hold time is up
+                    self.stats.bytes_received += len(data)
+                    session.receive_data(data)
+                    continue
+            if isinstance(action, Hold):
+                held_at = anyio.current_time()
+                hold_deadline = held_at + server.settings.arrival_hold
+                server.query_held(self.peer, action)
+            elif isinstance(action, SendFull | SendDelta):
+                self._count_query(serial=isinstance(action, SendDelta))
+                asked = anyio.current_time()
                 chunks = await server.response(action)
+                ready = anyio.current_time()
                 for chunk in chunks:
                     await self._write(chunk)
                 session.response_sent()
-                server.response_sent(self.peer, action, sum(map(len, chunks)))
+                held = None
+                if held_at is not None:
+                    done = anyio.current_time()
+                    held = HeldAnswer(asked - held_at, ready - asked, done - ready)
+                    held_at = None
+                server.response_sent(self.peer, action, sum(map(len, chunks)), held)
             elif isinstance(action, SendCacheReset):
+                held_at = None
                 server.stats.cache_resets += 1
                 log.info("router %s: serial query answered with Cache Reset", self.peer)
                 await self._write(action.data)
@@ -208,7 +243,7 @@ class RtrConnection:
                 return
 
     async def _receive(self, deadline: float) -> bytes | None:
-        """Next chunk from the router, b"" at EOF, None when woken for a notify."""
+        """Next chunk from the router, b"" at EOF, None when woken or at ``deadline``."""
         with anyio.CancelScope(deadline=deadline) as scope:
             self._receive_scope = scope
             try:
@@ -219,8 +254,6 @@ class RtrConnection:
                 return b""
             finally:
                 self._receive_scope = None
-        if anyio.current_time() >= deadline:
-            raise _QueryTimeoutError
         return None
 
     async def _maybe_notify(self) -> None:
@@ -262,6 +295,14 @@ class RtrConnection:
             self.stats.bytes_sent += len(data)
             self.server.stats.bytes_sent += len(data)
             self._count_error(code)  # a goodbye report is an Error Report sent like any other
+
+    def _count_query(self, *, serial: bool) -> None:
+        if serial:
+            self.stats.serial_queries += 1
+            self.server.stats.serial_queries += 1
+        else:
+            self.stats.reset_queries += 1
+            self.server.stats.reset_queries += 1
 
     def _ended(self, reason: CloseReason, detail: str) -> None:
         self.close_reason = reason

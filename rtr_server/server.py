@@ -31,14 +31,14 @@ from anyio.abc import (
 )
 from anyio.streams.tls import TLSAttribute
 
-from rtr_protocol import CloseReason, SendDelta, SendFull
+from rtr_protocol import CloseReason, Hold, SendDelta, SendFull
 from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.admission import Admission, Ticket
 from rtr_server.connection import RtrConnection
 from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
-from rtr_server.serving import ServerStats
+from rtr_server.serving import HeldAnswer, ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.tcp_auth import rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
@@ -73,26 +73,75 @@ class RtrServer:
 
     # ------------------------------------------------------------------ data
     def publish(self, state: PublishedState) -> None:
-        """Make ``state`` current and schedule a Serial Notify round."""
+        """Make ``state`` current and schedule a Serial Notify round.
+
+        At the first publish, held queries are answered and v0 sessions that got No Data are
+        closed for a redial at once (not at the notify round).
+        """
+        first = self.state is None
         self.state = state
         self.responses.retain_serial(state.serial.value)
+        if first:
+            waiting = [c for c in self.connections if c.session.held or c.session.wants_redial]
+            if waiting:
+                log.info(
+                    "first data: answering %d held queries, closing %d v0 sessions for a redial",
+                    sum(c.session.held for c in waiting),
+                    sum(c.session.wants_redial for c in waiting),
+                )
+            for connection in waiting:
+                connection.wake()
         if self._published is not None:
             self._published.set()
+
+    @property
+    def held_now(self) -> int:
+        """Queries held for the first data right now."""
+        return sum(1 for c in self.connections if c.session.held)
+
+    def query_held(self, peer: str, action: Hold) -> None:
+        """Count and log a query held for the first data."""
+        self.stats.held_queries += 1
+        log.info(
+            "router %s: %s query v%d held until the first data (at most %g s)",
+            peer,
+            "serial" if action.serial_query else "reset",
+            action.version,
+            self.settings.arrival_hold,
+        )
+
+    def hold_expired(self, peer: str) -> None:
+        """Count and log a held query that gets No Data Available."""
+        self.stats.hold_timeouts += 1
+        log.warning(
+            "router %s: no data within the arrival hold (%g s): No Data Available",
+            peer,
+            self.settings.arrival_hold,
+        )
 
     async def response(self, action: SendFull | SendDelta) -> Sequence[bytes]:
         """The shared encoded chunks of a full or delta reply (see `ResponseCache`)."""
         return await self.responses.response(action)
 
-    def response_sent(self, peer: str, action: SendFull | SendDelta, size: int) -> None:
+    def response_sent(
+        self, peer: str, action: SendFull | SendDelta, size: int, held: HeldAnswer | None = None
+    ) -> None:
         """Called by a connection after it wrote a full or delta response of ``size`` octets."""
         state = action.state
+        after = ""
+        if held is not None:
+            after = (
+                f", held {held.held:.1f} s, then encoded {held.encoded:.2f} s"
+                f" and written {held.written:.2f} s"
+            )
         if isinstance(action, SendFull):
             log.info(
-                "router %s: reset query v%d -> full table, serial %s (%d bytes)",
+                "router %s: reset query v%d -> full table, serial %s (%d bytes%s)",
                 peer,
                 action.version,
                 state.serial,
                 size,
+                after,
             )
         else:
             counts = action.delta.counts()
@@ -103,7 +152,7 @@ class RtrServer:
                 counts["aspa_announce"] = counts["aspa_withdraw"] = 0
             log.info(
                 "router %s: serial query v%d from serial %s -> delta to serial %s "
-                "(+%d/-%d VRPs, +%d/-%d router keys, %d/%d ASPA announce/withdraw; %d bytes)",
+                "(+%d/-%d VRPs, +%d/-%d router keys, %d/%d ASPA announce/withdraw; %d bytes%s)",
                 peer,
                 action.version,
                 action.from_serial,
@@ -115,6 +164,7 @@ class RtrServer:
                 counts["aspa_announce"],
                 counts["aspa_withdraw"],
                 size,
+                after,
             )
 
     # ------------------------------------------------------------------ serving

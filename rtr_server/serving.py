@@ -9,13 +9,24 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
-from rtr_protocol import CloseReason, SendDelta, SendFull
+from rtr_protocol import CloseReason, Hold, SendDelta, SendFull
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState
 
-__all__ = ["ServerStats", "ServingContext"]
+__all__ = ["HeldAnswer", "ServerStats", "ServingContext"]
+
+
+class HeldAnswer(NamedTuple):
+    """Where the time of an answer to a held query went (seconds; for the log)."""
+
+    #: From the query to the first data.
+    held: float
+    #: Encoding the shared reply, or waiting for the session that encodes it.
+    encoded: float
+    #: Writing it: as fast as the router reads.
+    written: float
 
 
 @dataclass(slots=True)
@@ -41,6 +52,10 @@ class ServerStats:
     cache_resets: int = 0
     notifies: int = 0
     notify_rounds: int = 0
+    #: Queries that arrived before the first data and were held (`--arrival-hold`).
+    held_queries: int = 0
+    #: Held queries answered with No Data Available because the hold time ran out.
+    hold_timeouts: int = 0
     bytes_sent: int = 0
     errors_sent: dict[int, int] = field(default_factory=dict)
     #: Closed router sessions by why they ended.
@@ -69,6 +84,19 @@ class ServingContext(Protocol):
         """The shared encoded chunks of a full or delta reply."""
         ...
 
-    def response_sent(self, peer: str, action: SendFull | SendDelta, size: int) -> None:
-        """A connection wrote a full or delta reply of ``size`` octets to ``peer``."""
+    def response_sent(
+        self, peer: str, action: SendFull | SendDelta, size: int, held: HeldAnswer | None = None
+    ) -> None:
+        """A connection wrote a full or delta reply of ``size`` octets to ``peer``.
+
+        ``held`` says where the time went when the query was held for the first data.
+        """
+        ...
+
+    def query_held(self, peer: str, action: Hold) -> None:
+        """A query from ``peer`` arrived before the first data and is held."""
+        ...
+
+    def hold_expired(self, peer: str) -> None:
+        """The hold time of ``peer``'s query ran out; it gets No Data Available."""
         ...

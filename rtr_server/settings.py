@@ -90,6 +90,9 @@ class ServerSettings:
     max_per_ip: int = 256
     #: A connection that sends no query within this many seconds is closed.
     query_timeout: float = 60.0
+    #: A query that arrives before the first publish is held this many seconds for the data,
+    #: then answered with No Data Available; 0 answers No Data at once.
+    arrival_hold: float = 50.0
     #: A router that accepts no bytes for this long is dropped; None means 3 × Retry.
     write_timeout: float | None = None
     shutdown_notice: ShutdownNotice = ShutdownNotice.RESTART
@@ -115,6 +118,8 @@ class ServerSettings:
             raise ValueError("connection limits must be at least 1")
         if self.query_timeout <= 0:
             raise ValueError("query timeout must be positive")
+        if self.arrival_hold < 0:
+            raise ValueError("arrival hold must not be negative")
         if self.write_timeout is not None and self.write_timeout <= 0:
             raise ValueError("write timeout must be positive")
         if self.chunk_size < 4096:

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from rtrserve import RtrServe, log_line_time
 
 CONNECTED = re.compile(r"router (\S+) connected(?: over \S+)? \(\d+ connections\)$")
+#: An answer to a query held for the first data ends with ", held S s" (--arrival-hold).
+HELD = r"(?:, held [\d.]+ s, then encoded [\d.]+ s and written [\d.]+ s)?"
 
 
 @dataclass(frozen=True)
@@ -59,11 +61,11 @@ def peer_log(server: RtrServe, peer: str) -> PeerLog:
     """Parse the log lines of ``peer``."""
     p = re.escape(peer)
     reset = re.compile(
-        rf"router {p}: reset query v(\d) -> full table, serial (\d+) \((\d+) bytes\)"
+        rf"router {p}: reset query v(\d) -> full table, serial (\d+) \((\d+) bytes{HELD}\)"
     )
     delta = re.compile(
         rf"router {p}: serial query v(\d) from serial (\d+) -> delta to serial (\d+) "
-        r"\(\+(\d+)/-(\d+) VRPs, \+(\d+)/-(\d+) router keys, .*; (\d+) bytes\)"
+        r"\(\+(\d+)/-(\d+) VRPs, \+(\d+)/-(\d+) router keys, .*; (\d+) bytes" + HELD + r"\)"
     )
     closed = re.compile(rf"router {p} closed: (.*)$")
     story = PeerLog(peer)

@@ -27,6 +27,16 @@ TABLES = [
             ("restart", "rtr-serve restart"),
         ],
     ),
+    (
+        "Arrival before data (test_arrival.py; seconds from the first publish or the restart)",
+        [
+            ("client", "client"),
+            ("arrival", "(a) started while rtr-serve loads"),
+            ("arrival_before", "(b) started before rtr-serve"),
+            ("arrival_restart", "(c) restart without --state"),
+            ("arrival_state", "(c) restart with --state"),
+        ],
+    ),
 ]
 ALL_COLUMNS = {key for _, columns in TABLES for key, _ in columns}
 

@@ -229,6 +229,17 @@ class SessionCollector:
         notifies.add_metric([], view.notifies)
         rounds = _counter("rtr_notify_rounds_total", "Serial Notify rounds")
         rounds.add_metric([], view.notify_rounds)
+        held = _gauge("rtr_held_queries", "Queries held now for the first data")
+        held.add_metric([], view.held_now)
+        held_total = _counter(
+            "rtr_held_queries_total", "Queries that arrived before the first data and were held"
+        )
+        held_total.add_metric([], view.held_queries)
+        hold_timeouts = _counter(
+            "rtr_hold_timeouts_total",
+            "Held queries answered with No Data Available when the arrival hold ran out",
+        )
+        hold_timeouts.add_metric([], view.hold_timeouts)
         sent = _counter("rtr_sent_bytes_total", "Bytes sent to routers")
         sent.add_metric([], view.bytes_sent)
         errors = _counter("rtr_errors_sent_total", "Error Reports sent", ["code", "name"])
@@ -242,6 +253,7 @@ class SessionCollector:
         yield from (clients, accepted, rejected, accept_errors, queries, resets)
         yield from (notifies, rounds, sent, errors, disconnects, not_allowed, limits)
         yield from (evicted, pressure, episodes, silent)
+        yield from (held, held_total, hold_timeouts)
         if self.router_lag:
             lag = _gauge(
                 "rtr_router_serial_lag",

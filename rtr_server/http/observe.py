@@ -90,6 +90,11 @@ class SessionsView:
     bytes_sent: int
     errors_sent: dict[int, int]
     disconnects: dict[str, int]
+    #: Queries held for the first data now, held since start, and answered No Data after the
+    #: arrival hold ran out.
+    held_now: int = 0
+    held_queries: int = 0
+    hold_timeouts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,8 +182,10 @@ def sessions(app: AppView) -> SessionsView:
     current = state.serial if state is not None else None
     by_version: Counter[str] = Counter()
     routers: list[RouterView] = []
+    held_now = 0
     for conn in list(server.connections):
         session = conn.session
+        held_now += session.held
         version = session.version
         by_version["none" if version is None else str(version)] += 1
         routers.append(
@@ -223,6 +230,7 @@ def sessions(app: AppView) -> SessionsView:
             "query_timeout_seconds": float(server.settings.query_timeout),
             "write_timeout_seconds": float(server.settings.effective_write_timeout),
             "tls_handshake_timeout_seconds": float(server.settings.tls_handshake_timeout),
+            "arrival_hold_seconds": float(server.settings.arrival_hold),
         },
         accept_errors=stats.accept_errors,
         reset_queries=stats.reset_queries,
@@ -233,6 +241,9 @@ def sessions(app: AppView) -> SessionsView:
         bytes_sent=stats.bytes_sent,
         errors_sent=dict(stats.errors_sent),
         disconnects={reason.value: n for reason, n in stats.disconnects.items()},
+        held_now=held_now,
+        held_queries=stats.held_queries,
+        hold_timeouts=stats.hold_timeouts,
     )
 
 

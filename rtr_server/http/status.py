@@ -84,6 +84,9 @@ def status_document(
             "bytes_sent": sessions.bytes_sent,
             "errors_sent": {str(k): v for k, v in sorted(sessions.errors_sent.items())},
             "disconnects": sessions.disconnects,
+            "held_now": sessions.held_now,
+            "held_queries": sessions.held_queries,
+            "hold_timeouts": sessions.hold_timeouts,
         },
         "publishes": [
             {

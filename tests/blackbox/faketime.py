@@ -189,7 +189,8 @@ class Process:
 def rtr_serve(
     clock: WallClock, *args: str, name: str = "rtr-serve", backend: str = "asyncio"
 ) -> Iterator[Process]:
-    """``python -m rtr_server.cli --listen 127.0.0.1:PORT --log-format json ... args`` under
+    """``python -m rtr_server.cli --listen 127.0.0.1:PORT --log-format json --arrival-hold 0
+    ... args`` under
     ``clock``; yields once it accepts connections; stopped (exit 0 checked) and its log printed
     on the way out."""
     library = require_libfaketime()
@@ -201,6 +202,9 @@ def rtr_serve(
         "--log-format",
         "json",
         "--notify-interval",
+        "0",
+        # The tests probe what is served with fresh Reset Queries: No Data must come at once.
+        "--arrival-hold",
         "0",
         "--async-backend",
         backend,

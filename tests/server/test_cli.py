@@ -125,16 +125,25 @@ def reset_until_data(sock: socket.socket, framer: PduFramer) -> tuple[int, list[
         if isinstance(first, ErrorReport) and first.code == 2 and time.monotonic() < deadline:
             time.sleep(0.05)  # No Data Available yet: the export is still loading
             continue
-        assert isinstance(first, CacheResponse), first
-        payload: list[PayloadPdu] = []
-        while True:
-            pdu = read_pdu(sock, framer)
-            if isinstance(pdu, EndOfData):
-                assert pdu.timers == Timers()  # the CLI defaults
-                assert pdu.session_id == first.session_id
-                return pdu.serial, payload
-            assert isinstance(pdu, PAYLOAD_TYPES), pdu
-            payload.append(pdu)
+        return read_full_response(sock, framer, first)
+
+
+def read_full_response(
+    sock: socket.socket, framer: PduFramer, first: Pdu | None = None
+) -> tuple[int, list[PayloadPdu]]:
+    """The rest of a full response (``first`` read already, else read here)."""
+    if first is None:
+        first = read_pdu(sock, framer)
+    assert isinstance(first, CacheResponse), first
+    payload: list[PayloadPdu] = []
+    while True:
+        pdu = read_pdu(sock, framer)
+        if isinstance(pdu, EndOfData):
+            assert pdu.timers == Timers()  # the CLI defaults
+            assert pdu.session_id == first.session_id
+            return pdu.serial, payload
+        assert isinstance(pdu, PAYLOAD_TYPES), pdu
+        payload.append(pdu)
 
 
 @pytest.mark.parametrize("backend", ["asyncio", "trio"])
@@ -161,12 +170,11 @@ def test_serves_and_stops_on_sigterm(tmp_path: Path, backend: str) -> None:
             sock.settimeout(5.0)
             framer = PduFramer()
             sock.sendall(reset_query(2))
-            no_data = read_pdu(sock, framer)
-            assert isinstance(no_data, ErrorReport), no_data
-            assert (no_data.version, no_data.code) == (2, 2)
-
+            # Before the first data the query is held (--arrival-hold, default 50 s) ...
+            time.sleep(0.3)
             write_export(path, base_export())
-            _, payload = reset_until_data(sock, framer)
+            # ... and answered with the table at the first publish.
+            _, payload = read_full_response(sock, framer)
             assert RouterState().apply(payload) == expected_state(base_export(), 2)
 
             proc.send_signal(signal.SIGTERM)
@@ -186,6 +194,7 @@ def test_serves_and_stops_on_sigterm(tmp_path: Path, backend: str) -> None:
     assert proc.returncode == 0, text
     assert "Traceback" not in text
     assert "rtr-serve stopped" in text
+    assert "reset query v2 held until the first data (at most 50 s)" in text
     assert stdout == b""
 
 

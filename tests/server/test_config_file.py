@@ -147,6 +147,10 @@ def test_check_config_valid_and_invalid(tmp_path: Path) -> None:
     assert "valid" in done.stdout
     assert "group primary (priority 10" in done.stdout
     assert "source validator-a: rtr://192.0.2.10:3323" in done.stdout
+    assert "arrival hold: queries before the first data wait up to 50 s" in done.stdout
+    path.write_text(GOOD.replace("[server]", "[server]\narrival_hold = 0", 1))
+    done = run_check(path)
+    assert "arrival hold: off (No Data Available before the first data)" in done.stdout
     path.write_text(GOOD.replace("refresh = 900", "refresh = 0"))
     done = run_check(path)
     assert done.returncode == 2
@@ -172,3 +176,30 @@ def test_state_keys_in_the_file(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "server.state" in done.stderr
     assert len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("file_value", "argv", "expected"),
+    [(None, [], 50.0), ("5", [], 5.0), ("0", [], 0.0), ("5", ["--arrival-hold", "7.5"], 7.5)],
+)
+def test_arrival_hold_from_file_and_command_line(
+    tmp_path: Path, file_value: str | None, argv: list[str], expected: float
+) -> None:
+    path = tmp_path / "c.toml"
+    hold = "" if file_value is None else f"arrival_hold = {file_value}\n"
+    path.write_text(f"[server]\n{hold}[[sources]]\nurl = 'x.json'\n")
+    parser = build_parser()
+    argv = ["--config", str(path), *argv]
+    args = parser.parse_args(argv)
+    apply_config_file(parser, args, argv)
+    assert config_from_args(args).server.arrival_hold == expected
+
+
+def test_negative_arrival_hold_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("[server]\narrival_hold = -1\n[[sources]]\nurl = 'x.json'\n")
+    parser = build_parser()
+    argv = ["--config", str(path)]
+    args = parser.parse_args(argv)
+    with pytest.raises(ConfigError, match=r"server\.arrival_hold: must be zero or more"):
+        apply_config_file(parser, args, argv)

@@ -35,7 +35,7 @@ pytestmark = pytest.mark.anyio
 async def test_no_data_available_then_data(tmp_path: Path) -> None:
     path = tmp_path / "not-yet.json"
     async with (
-        running_app(app_config(path), wait_for_data=False) as app,
+        running_app(app_config(path, arrival_hold=0), wait_for_data=False) as app,
         await RtrClient.connect(port_of(app)) as client,
     ):
         await client.send(reset_query(1))

@@ -265,7 +265,7 @@ async def test_core_restart_with_new_session_makes_the_edge_reset(
 async def test_edge_waits_through_no_data_and_follows_the_first_publish(tmp_path: Path) -> None:
     path = tmp_path / "core.json"  # does not exist yet: the core has no data
     async with (
-        running_core(app_config(path), wait_for_data=False) as core,
+        running_core(app_config(path, arrival_hold=0), wait_for_data=False) as core,
         running_edge(core.port, wait_for_data=False) as edge,
     ):
         source = rtr_source_of(edge)
@@ -277,6 +277,24 @@ async def test_edge_waits_through_no_data_and_follows_the_first_publish(tmp_path
         assert snapshot_of(edge) == snapshot_of(core.app)
         assert core.app.server.stats.errors_sent.get(ErrorCode.NO_DATA_AVAILABLE, 0) >= 1
         assert source.connections == 1
+
+
+async def test_edge_query_held_by_the_core_is_answered_at_its_first_publish(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "core.json"  # does not exist yet: the core has no data
+    async with (
+        running_core(app_config(path), wait_for_data=False) as core,
+        running_edge(core.port, wait_for_data=False) as edge,
+    ):
+        server = core.app.server
+        await wait_until(lambda: server.held_now == 1, what="the edge's query held")
+        write_export(path, base_export())
+        await wait_until(lambda: edge.state is not None, within=2.0, what="the edge's data")
+        assert snapshot_of(edge) == snapshot_of(core.app)
+        assert server.stats.errors_sent.get(ErrorCode.NO_DATA_AVAILABLE, 0) == 0
+        assert (server.stats.held_queries, server.stats.hold_timeouts, server.held_now) == (1, 0, 0)
+        assert rtr_source_of(edge).connections == 1
 
 
 # ------------------------------------------------------------------------------ scripted cache
