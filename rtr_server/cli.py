@@ -23,7 +23,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from persistence.errors import PersistenceError
-from rtr_server import __version__, gen_cert, state_command
+from rtr_server import __version__, cli_ssh, gen_cert, state_command
 from rtr_server.app import App, run_app
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_check_config_parser, build_parser
@@ -123,6 +123,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return check_config(build_check_config_parser().parse_args(argv[1:]).file)
     if argv[:1] == ["state"]:
         return state_command.main(argv[1:])
+    if argv[:1] == ["ssh-password"]:
+        return cli_ssh.password_main(argv[1:])
     parser = build_parser()
     try:
         args, process = load_process_config(parser, argv)

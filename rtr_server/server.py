@@ -7,8 +7,9 @@ together at its end. Connections over ``max_connections`` or ``max_per_ip`` are 
 accept and counted, and so are routers outside a listener's allowed networks (before any read;
 their log lines are rate-limited). On a TLS listener the handshake runs in the router's own task
 (a slow one never delays accept), within ``tls_handshake_timeout``; a refused router is closed,
-counted by reason and logged. Cancelling `serve` is the shutdown: v2 sessions get Cache Restart
-(or Cache Shutdown), every stream is closed.
+counted by reason and logged. SSH listeners (`rtr_server.ssh`) use the same admission
+(`admit`, `session`, `run_session`). Cancelling `serve` is the shutdown: v2 sessions get Cache
+Restart (or Cache Shutdown), every stream is closed.
 """
 
 from __future__ import annotations
@@ -21,7 +22,14 @@ from collections.abc import Sequence
 from typing import cast
 
 import anyio
-from anyio.abc import SocketAttribute, SocketListener, SocketStream, TaskGroup, TaskStatus
+from anyio.abc import (
+    ByteStream,
+    SocketAttribute,
+    SocketListener,
+    SocketStream,
+    TaskGroup,
+    TaskStatus,
+)
 from anyio.streams.tls import TLSAttribute
 
 from rtr_protocol import SendDelta, SendFull
@@ -31,6 +39,7 @@ from rtr_server.connection import RtrConnection
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
+from rtr_server.ssh import SshService
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
 
@@ -38,16 +47,18 @@ log = logging.getLogger(__name__)
 
 
 class RtrServer:
-    """Serves the current `PublishedState` to routers over TCP and TLS."""
+    """Serves the current `PublishedState` to routers over TCP, TLS and SSH."""
 
     def __init__(self, settings: ServerSettings) -> None:
         """Configure; no socket is opened until `serve`.
 
         :raises ~rtr_server.tls.TlsConfigError: when the TLS files are unusable
+        :raises ~rtr_server.ssh.SshConfigError: when the SSH key files are unusable
         """
         self.settings = settings
         #: Built once; shared by every TLS connection.
         self.tls_context = make_server_context(settings.tls) if settings.tls else None
+        self.ssh = SshService(self, settings.ssh) if settings.ssh is not None else None
         self.state: PublishedState | None = None
         self.responses = ResponseCache(settings.timers, settings.response_cache_bytes)
         self.stats = ServerStats()
@@ -115,17 +126,25 @@ class RtrServer:
         if self.state is not None:
             self._published.set()
         listeners: list[tuple[SocketListener, ListenAddress]] = []
+        ssh_bound: list[tuple[ListenAddress, str, int]] = []
         try:
             for address in self.settings.listen:
+                if address.ssh:
+                    continue
                 multi = await anyio.create_tcp_listener(
                     local_host=address.host, local_port=address.port
                 )
                 listeners.extend(
                     (lst, address) for lst in cast("list[SocketListener]", multi.listeners)
                 )
+            for address in self.settings.listen:
+                if address.ssh and self.ssh is not None:
+                    ssh_bound += [(address, h, p) for h, p in await self.ssh.bind(address)]
         except BaseException:
             for listener, _ in listeners:
                 await listener.aclose()
+            if self.ssh is not None:
+                await self.ssh.close_listeners()
             raise
         self.bound = [
             (
@@ -134,20 +153,22 @@ class RtrServer:
                 lst.extra(SocketAttribute.local_port),
             )
             for lst, spec in listeners
-        ]
+        ] + ssh_bound
         self.addresses = [(host, port) for _, host, port in self.bound]
         for spec, host, port in self.bound:
             log.info(
                 "listening for routers on %s port %d%s%s",
                 host,
                 port,
-                " (TLS)" if spec.tls else "",
+                " (TLS)" if spec.tls else " (SSH)" if spec.ssh else "",
                 "" if spec.allow is None else f", allowed: {', '.join(map(str, spec.allow))}",
             )
         async with anyio.create_task_group() as tg:
-            for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=True):
+            for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=False):
                 name = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
                 tg.start_soon(self._accept_loop, listener, spec, name, tg)
+            if self.ssh is not None:
+                tg.start_soon(self.ssh.serve, tg)
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
 
@@ -171,12 +192,33 @@ class RtrServer:
         else:
             peer_ip, port = str(remote), 0
         peer = f"[{peer_ip}]:{port}" if ":" in peer_ip else f"{peer_ip}:{port}"
-        if not is_allowed(peer_ip, spec.allow):
-            self.stats.rejected_not_allowed += 1
-            self.stats.rejected_not_allowed_by_listener[name] += 1
-            self._log_refusal("not-allowed", name, peer, "address not in the allowed networks")
+        if not self.admit(peer_ip, peer, spec, name):
             tg.start_soon(_close_quietly, stream)
             return
+        try:
+            sock = stream.extra(SocketAttribute.raw_socket)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        except (OSError, TypeError):
+            pass
+        if spec.tls:
+            tg.start_soon(self._run_tls, stream, peer, peer_ip, name)
+            return
+        connection = self.session(stream, peer, "tcp")
+        tg.start_soon(self.run_session, connection, peer_ip)
+
+    # ------------------------------------------------------------------ admission
+    def admit(self, peer_ip: str, peer: str, spec: ListenAddress, listener: str) -> bool:
+        """Allowed networks and limits for a new connection; True takes a slot for it.
+
+        A refusal is counted and logged. The slot (one of ``max_connections`` and of the
+        address's ``max_per_ip``) then belongs to the caller: `session` makes it an RTR
+        session, `abandon` gives it back (a refused handshake or login).
+        """
+        if not is_allowed(peer_ip, spec.allow):
+            self.stats.rejected_not_allowed += 1
+            self.stats.rejected_not_allowed_by_listener[listener] += 1
+            self._log_refusal("not-allowed", listener, peer, "address not in the allowed networks")
+            return False
         reason = None
         if len(self.connections) + self._handshaking >= self.settings.max_connections:
             self.stats.rejected_max_connections += 1
@@ -186,22 +228,28 @@ class RtrServer:
             reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
         if reason is not None:
             log.warning("refused router %s: %s", peer, reason)
-            tg.start_soon(_close_quietly, stream)
-            return
-        try:
-            sock = stream.extra(SocketAttribute.raw_socket)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        except (OSError, TypeError):
-            pass
+            return False
         self._per_ip[peer_ip] += 1
-        if spec.tls:
-            self._handshaking += 1
-            tg.start_soon(self._run_tls, stream, peer, peer_ip, name)
-            return
+        self._handshaking += 1
+        return True
+
+    def abandon(self, peer_ip: str) -> None:
+        """Give back the slot of an admitted connection that got no session."""
+        self._handshaking -= 1
+        self._release_ip(peer_ip)
+
+    def session(self, stream: ByteStream, peer: str, transport: str) -> RtrConnection:
+        """Make an admitted connection's slot a registered RTR session on ``stream``."""
+        self._handshaking -= 1
         self.stats.accepted += 1
+        self.stats.accepted_by_transport[transport] += 1
         connection = RtrConnection(stream, self, peer)
         self.connections.add(connection)
-        tg.start_soon(self._run_connection, connection, peer_ip)
+        return connection
+
+    def log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
+        """One line per refusal, at most a few per listener and kind every 10 s."""
+        self._log_refusal(kind, listener, peer, reason)
 
     def _log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
         """One line per refusal, at most a few per listener and kind every 10 s."""
@@ -219,15 +267,12 @@ class RtrServer:
         """Handshake and address check, then the RTR session over the TLS stream."""
         assert self.tls_context is not None
         try:
-            try:
-                tls = await accept_tls(
-                    stream,
-                    self.tls_context,
-                    peer_ip=peer_ip,
-                    deadline=anyio.current_time() + self.settings.tls_handshake_timeout,
-                )
-            finally:
-                self._handshaking -= 1
+            tls = await accept_tls(
+                stream,
+                self.tls_context,
+                peer_ip=peer_ip,
+                deadline=anyio.current_time() + self.settings.tls_handshake_timeout,
+            )
         except TlsRefusedError as exc:
             if exc.refusal is Refusal.HANDSHAKE_TIMEOUT:
                 self.stats.tls_handshake_timeouts += 1
@@ -236,21 +281,18 @@ class RtrServer:
             else:
                 self.stats.tls_handshake_failures += 1
             self._log_refusal(exc.refusal.value, name, peer, exc.reason)
-            self._release_ip(peer_ip)
+            self.abandon(peer_ip)
             await _close_quietly(stream)
             return
         except BaseException:  # shutdown during the handshake
-            self._release_ip(peer_ip)
+            self.abandon(peer_ip)
             await _close_quietly(stream)
             raise
-        self.stats.accepted += 1
-        connection = RtrConnection(tls, self, peer)
-        self.connections.add(connection)
-        await self._run_connection(
-            connection, peer_ip, f" over {tls.extra(TLSAttribute.tls_version)}"
-        )
+        connection = self.session(tls, peer, "tls")
+        await self.run_session(connection, peer_ip, f" over {tls.extra(TLSAttribute.tls_version)}")
 
-    async def _run_connection(self, connection: RtrConnection, peer_ip: str, via: str = "") -> None:
+    async def run_session(self, connection: RtrConnection, peer_ip: str, via: str = "") -> None:
+        """Serve a registered session until it ends; then give its slot back and log."""
         started = anyio.current_time()
         log.info(
             "router %s connected%s (%d connections)",

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rtr_protocol.constants import MAX_VERSION, Timers
 from rtr_server.access import Network
+from rtr_server.ssh_settings import SshSettings
 
 
 class ShutdownNotice(enum.Enum):
@@ -21,7 +22,7 @@ class ShutdownNotice(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ListenAddress:
-    """One TCP address to listen on, plain or TLS, with the router networks it admits."""
+    """One TCP address to listen on, plain, TLS or SSH, with the router networks it admits."""
 
     host: str
     port: int
@@ -29,13 +30,15 @@ class ListenAddress:
     tls: bool = False
     #: Router networks admitted; None admits every address.
     allow: tuple[Network, ...] | None = None
+    #: Serve RTR over SSH here (subsystem rpki-rtr, 8210bis §9.1; see rtr_server.ssh).
+    ssh: bool = False
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def describe(self) -> str:
         """``HOST:PORT``, with ``tls`` and the allowed networks when set (for check-config)."""
-        text = f"{self}{' tls' if self.tls else ''}"
+        text = f"{self}{' tls' if self.tls else ''}{' ssh' if self.ssh else ''}"
         if self.allow is not None:
             text += f" allow {','.join(str(n) for n in self.allow)}"
         return text
@@ -92,6 +95,8 @@ class ServerSettings:
     tls: TlsFiles | None = None
     #: A TLS handshake not finished within this many seconds is abandoned.
     tls_handshake_timeout: float = 10.0
+    #: Host key, router keys and users of the SSH listeners (required when one has ``ssh``).
+    ssh: SshSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.listen:
@@ -110,6 +115,10 @@ class ServerSettings:
             raise ValueError("chunk size must be at least 4096")
         if self.tls is None and any(a.tls for a in self.listen):
             raise ValueError("TLS listeners need a certificate and key (--tls-cert, --tls-key)")
+        if self.ssh is None and any(a.ssh for a in self.listen):
+            raise ValueError("SSH listeners need --ssh-host-key and --ssh-authorized-keys")
+        if any(a.ssh and a.tls for a in self.listen):
+            raise ValueError("a listener is either TLS or SSH, not both")
         if self.tls_handshake_timeout <= 0:
             raise ValueError("TLS handshake timeout must be positive")
 
