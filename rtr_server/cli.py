@@ -24,7 +24,14 @@ import anyio
 from anyio.abc import TaskStatus
 
 from persistence.errors import PersistenceError
-from rtr_server import __version__, compare_command, dump_command, gen_cert, state_command
+from rtr_server import (
+    __version__,
+    cli_ssh,
+    compare_command,
+    dump_command,
+    gen_cert,
+    state_command,
+)
 from rtr_server.app import App, run_app
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_check_config_parser, build_parser
@@ -132,6 +139,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return dump_command.main(argv[1:])
     if argv[:1] == ["compare"]:
         return compare_command.main(argv[1:])
+    if argv[:1] == ["ssh-password"]:
+        return cli_ssh.password_main(argv[1:])
     parser = build_parser()
     try:
         args, process = load_process_config(parser, argv)

@@ -17,6 +17,7 @@ from persistence.location import StateLocation, parse_state_location
 from rtr_protocol import MAX_VERSION
 from rtr_server import __version__
 from rtr_server.access import Network, parse_network
+from rtr_server.cli_ssh import add_ssh_options
 from rtr_server.http.settings import DEFAULT_STALE_AFTER
 from rtr_server.logs import LOG_FORMATS, LOG_LEVELS
 from rtr_server.settings import (
@@ -353,6 +354,7 @@ def build_parser() -> OptionParser:
         help="admit routers only from this network (e.g. 192.0.2.0/24); repeat for several; "
         "applies to every listener; others are closed at accept (default: everyone)",
     )
+    add_ssh_options(p)
     lim = p.add_argument_group("limits")
     p.option(
         lim,

@@ -17,6 +17,7 @@ from rtr_protocol import Timers
 from rtr_server.access import parse_networks
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import OptionParser, build_parser
+from rtr_server.cli_ssh import ssh_settings
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
 from rtr_server.http.settings import HttpSettings, parse_http_address
 from rtr_server.logs import LogSettings
@@ -56,6 +57,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
     listen = listen_addresses(args, file_config)
     inherited = activated_sockets()
     tls = tls_files(args, listen)
+    ssh = ssh_settings(args, listen, file_config.ssh_users if file_config else ())
     settings = ServerSettings(
         listen=listen,
         timers=timers,
@@ -70,6 +72,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         tls=tls,
         tls_handshake_timeout=args.tls_handshake_timeout,
         inherited=inherited,
+        ssh=ssh,
     )
     http = None
     http_socket = next((s for s in inherited if s.name == "http"), None)
@@ -112,15 +115,16 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
 def listen_addresses(
     args: argparse.Namespace, file_config: FileConfig | None
 ) -> tuple[ListenAddress, ...]:
-    """What to listen on: --listen and --listen-tls with the --allow networks, and more.
+    """What to listen on: --listen, --listen-tls and --listen-ssh with the --allow networks.
 
-    Those options may come from [server] listen, listen_tls and allow; the file's
-    [[listeners]] are added unless --listen or --listen-tls is on the command line (a
-    listener without its own ``allow`` takes the server-wide one).
+    Those options may come from [server] listen, listen_tls, listen_ssh and allow; the file's
+    [[listeners]] are added unless one of the three is on the command line (a listener
+    without its own ``allow`` takes the server-wide one).
     """
     allow = parse_networks(str(n) for n in args.allow) if args.allow else None
     listen = [dataclasses.replace(parse_listen(v), allow=allow) for v in args.listen]
     listen += [dataclasses.replace(parse_listen(v), tls=True, allow=allow) for v in args.listen_tls]
+    listen += [dataclasses.replace(parse_listen(v), ssh=True, allow=allow) for v in args.listen_ssh]
     if file_config is not None and not getattr(args, "listen_on_command_line", False):
         listen += [
             a if a.allow is not None else dataclasses.replace(a, allow=allow)
@@ -135,8 +139,9 @@ def activated_sockets() -> tuple[InheritedSocket, ...]:
     for passed in inherited:
         if passed.name == "rtr-ssh":
             raise ValueError(
-                f"socket activation: descriptor {passed.fd} is named 'rtr-ssh', but this "
-                "rtr-serve has no SSH listener: remove that socket from the .socket unit"
+                f"socket activation: descriptor {passed.fd} is named 'rtr-ssh', but SSH "
+                "listeners cannot take a socket from systemd yet: remove that socket from the "
+                ".socket unit and use --listen-ssh"
             )
     return inherited
 
@@ -174,7 +179,7 @@ def apply_config_file(
         for option in action.option_strings
         if any(arg == option or arg.startswith(option + "=") for arg in given)
     }
-    args.listen_on_command_line = bool(explicit & {"listen", "listen_tls"})
+    args.listen_on_command_line = bool(explicit & {"listen", "listen_tls", "listen_ssh"})
     for key, value in file_config.server.items():
         if key in explicit:
             continue
@@ -236,6 +241,14 @@ def check_config(path: Path) -> int:
             f"  tls: certificate {tls.cert}, key {tls.key}, "
             + (f"router certificates from {tls.client_ca}" if tls.client_ca else "no client CA")
             + f"; handshake timeout {config.server.tls_handshake_timeout:g} s\n"
+        )
+    ssh = config.server.ssh
+    if ssh is not None:
+        out.write(
+            f"  ssh: host key {ssh.host_key}, authorized keys {ssh.authorized_keys or 'none'}, "
+            f"{len(ssh.users)} password users, users "
+            + (", ".join(ssh.allow_users) if ssh.allow_users else "any")
+            + f"; login timeout {ssh.login_timeout:g} s\n"
         )
     if config.http is not None:
         out.write(f"  http: {config.http.listen}\n")

@@ -22,6 +22,10 @@ Shape (every key optional except ``url`` and ``group`` membership rules)::
     tcp_md5 = [{ peer = "192.0.2.0/24", key = "..." }]   # RFC 2385, one key per prefix
     tcp_ao = [{ peer = "2001:db8::1", key_id = 1, rnext_id = 1, algorithm = "hmac(sha256)",
                 key = "..." }]       # RFC 5925; needs Linux >= 6.7 with CONFIG_TCP_AO
+    # or: ssh = true         # RTR over SSH; needs [server] ssh_host_key and router keys
+    [[ssh_users]]            # SSH password users (only here); hash from rtr-serve ssh-password
+    name = "rtr"
+    password_hash = "scrypt$16384$8$1$..."
 
 Reading the file does no network I/O; a source URL is only parsed.
 """
@@ -36,6 +40,7 @@ from typing import Any
 
 from rtr_server.access import parse_networks
 from rtr_server.settings import ListenAddress, parse_listen
+from rtr_server.ssh_settings import SshUser
 from rtr_server.tcp_auth import AoKey, Md5Key, ao_supported, parse_ao_keys, parse_md5_keys
 from upstream.config import GroupConfig, SourceConfig
 
@@ -73,6 +78,11 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "metrics_router_lag": bool,
     "health_stale_after": (int, float),
     "slurm": list,
+    "listen_ssh": list,
+    "ssh_host_key": str,
+    "ssh_authorized_keys": str,
+    "ssh_allow_user": list,
+    "ssh_login_timeout": (int, float),
 }
 #: Keys of a [[listeners]] table.
 LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {
@@ -81,7 +91,9 @@ LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {
     "allow": list,
     "tcp_md5": list,
     "tcp_ao": list,
+    "ssh": bool,
 }
+SSH_USER_KEYS: dict[str, type | tuple[type, ...]] = {"name": str, "password_hash": str}
 GROUP_KEYS: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "priority": int,
@@ -126,6 +138,8 @@ class FileConfig:
     sources: tuple[SourceConfig, ...]
     #: [[listeners]]; ``allow`` None means "the [server] allow".
     listeners: tuple[ListenAddress, ...] = ()
+    #: [[ssh_users]]: SSH password users (stored hashed).
+    ssh_users: tuple[SshUser, ...] = ()
 
 
 def _check_table(
@@ -150,18 +164,20 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{origin}: not valid TOML: {exc}") from None
-    unknown = set(doc) - {"server", "groups", "sources", "listeners"}
+    unknown = set(doc) - {"server", "groups", "sources", "listeners", "ssh_users"}
     if unknown:
         raise ConfigError(
-            f"{sorted(unknown)[0]}: unknown section (known: server, groups, sources, listeners)"
+            f"{sorted(unknown)[0]}: unknown section "
+            "(known: server, groups, sources, listeners, ssh_users)"
         )
     server = dict(_check_table(doc.get("server", {}), "server", SERVER_KEYS))
-    for key in ("listen", "listen_tls"):
+    for key in ("listen", "listen_tls", "listen_ssh", "ssh_allow_user"):
         if key in server and not all(isinstance(a, str) for a in server[key]):
             raise ConfigError(f"server.{key}: must be a list of HOST:PORT strings")
     if "allow" in server:
         _networks(server["allow"], "server.allow")
     listeners = _parse_listeners(doc)
+    ssh_users = _parse_ssh_users(doc)
     if "slurm" in server and not all(isinstance(a, str) and a for a in server["slurm"]):
         raise ConfigError("server.slurm: must be a list of SLURM file paths")
     groups: list[GroupConfig] = []
@@ -230,7 +246,7 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
     for i, group in enumerate(groups):
         if sources and group.name not in used:
             raise ConfigError(f"groups[{i}]: group {group.name!r} has no sources")
-    return FileConfig(server, tuple(groups), tuple(sources), listeners)
+    return FileConfig(server, tuple(groups), tuple(sources), listeners, ssh_users)
 
 
 def _networks(value: list[Any], path: str) -> tuple[Any, ...]:
@@ -277,8 +293,13 @@ def _parse_listeners(doc: dict[str, Any]) -> tuple[ListenAddress, ...]:
             raise ConfigError(f"{path}.address: {exc}") from None
         allow = _networks(table["allow"], f"{path}.allow") if "allow" in table else None
         md5, ao = _tcp_keys(table, path)
+        tls, ssh = table.get("tls", False), table.get("ssh", False)
+        if tls and ssh:
+            raise ConfigError(f"{path}: a listener is either tls or ssh, not both")
+        if ssh and (md5 or ao):
+            raise ConfigError(f"{path}: TCP-MD5/AO keys are for TCP listeners, not ssh")
         listeners.append(
-            ListenAddress(address.host, address.port, table.get("tls", False), allow, md5, ao)
+            ListenAddress(address.host, address.port, tls, allow, tcp_md5=md5, tcp_ao=ao, ssh=ssh)
         )
     return tuple(listeners)
 
@@ -298,6 +319,20 @@ def _tcp_keys(table: dict[str, Any], path: str) -> tuple[tuple[Md5Key, ...], tup
         if unsupported is not None:
             raise ConfigError(f"{path}.tcp_ao: {unsupported}")
     return md5, ao
+
+
+def _parse_ssh_users(doc: dict[str, Any]) -> tuple[SshUser, ...]:
+    users: list[SshUser] = []
+    required = ("name", "password_hash")
+    for path, table in _array_of_tables(doc, "ssh_users", SSH_USER_KEYS, required):
+        try:
+            user = SshUser(table["name"], table["password_hash"])
+        except ValueError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        if any(u.name == user.name for u in users):
+            raise ConfigError(f"{path}.name: {user.name!r} already listed")
+        users.append(user)
+    return tuple(users)
 
 
 def load_config_file(path: Path) -> FileConfig:

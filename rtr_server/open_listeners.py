@@ -36,6 +36,8 @@ async def open_listeners(
         if settings.inherited:  # socket activation: systemd's sockets, no bind
             listeners = await activated_listeners(settings.inherited, settings.listen)
         for address in () if settings.inherited else settings.listen:
+            if address.ssh:
+                continue  # bound by the SSH service (rtr_server.ssh)
             if address.tcp_md5 or address.tcp_ao:  # keys set before listen()
                 for sock in bind_keyed(address.host, address.port, address.tcp_md5, address.tcp_ao):
                     listeners.append((await SocketListener.from_socket(sock), address))

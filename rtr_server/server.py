@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import math
 import socket
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import anyio
 from anyio.abc import (
@@ -34,12 +34,14 @@ from anyio.streams.tls import TLSAttribute
 from rtr_protocol import CloseReason, Hold, SendDelta, SendFull
 from rtr_server.accept import accept_forever
 from rtr_server.access import LogRateLimit, is_allowed
-from rtr_server.admission import Admission, Ticket
+from rtr_server.admission import Admission
+from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
 from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import HeldAnswer, ServerStats
 from rtr_server.settings import ListenAddress, ServerSettings
+from rtr_server.ssh import SshService
 from rtr_server.tcp_auth import rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
@@ -58,6 +60,7 @@ class RtrServer:
         self.settings = settings
         #: Built once; shared by every TLS connection.
         self.tls_context = make_server_context(settings.tls) if settings.tls else None
+        self.ssh = SshService(self, settings.ssh) if settings.ssh is not None else None
         self.state: PublishedState | None = None
         self.responses = ResponseCache(settings.timers, settings.response_cache_bytes)
         self.stats = ServerStats()
@@ -176,6 +179,17 @@ class RtrServer:
         if self.state is not None:
             self._published.set()
         listeners, backlog = await open_listeners(self.settings)
+        ssh_bound: list[tuple[ListenAddress, str, int]] = []
+        try:
+            for address in self.settings.listen:
+                if address.ssh and self.ssh is not None:
+                    ssh_bound += [(address, h, p) for h, p in await self.ssh.bind(address)]
+        except BaseException:
+            for listener, _ in listeners:
+                await listener.aclose()
+            if self.ssh is not None:
+                await self.ssh.close_listeners()
+            raise
         self.bound = [
             (
                 spec,
@@ -186,24 +200,28 @@ class RtrServer:
         ]
         self.addresses = [(host, port) for _, host, port in self.bound]
         self._sockets = [lst.extra(SocketAttribute.raw_socket) for lst, _ in listeners]
+        self.bound += ssh_bound  # after the TCP ones: `_sockets` and `rekey` index those
+        self.addresses = [(host, port) for _, host, port in self.bound]
         for spec, host, port in self.bound:
             log.info(
                 "listening for routers on %s port %d%s%s%s%s",
                 host,
                 port,
-                " (TLS)" if spec.tls else "",
-                " (socket from systemd)" if self.settings.inherited else "",
+                " (TLS)" if spec.tls else " (SSH)" if spec.ssh else "",
+                " (socket from systemd)" if self.settings.inherited and not spec.ssh else "",
                 "" if spec.allow is None else f", allowed: {', '.join(map(str, spec.allow))}",
                 _keys_text(spec),
             )
         async with anyio.create_task_group() as tg:
             names = []
-            for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=True):
+            for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=False):
                 names.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
                 tg.start_soon(self._accept_loop, listener, spec, names[-1], tg)
             for conn, i in backlog:  # waited in an inherited listener's backlog: served now
                 stream = await SocketStream.from_socket(conn)
                 self._admit(stream, tg, listeners[i][1], names[i])
+            if self.ssh is not None:
+                tg.start_soon(self.ssh.serve, tg)
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
 
@@ -214,6 +232,8 @@ class RtrServer:
         """
         changes: list[str] = []
         for i, (spec, host, port) in enumerate(self.bound):
+            if spec.ssh:
+                continue  # SSH listeners take no TCP keys (and come after the TCP ones)
             for new in listen:
                 if (str(new), new.tls) == (str(spec), spec.tls) or (
                     self.settings.inherited and (new.port, new.tls) == (spec.port, spec.tls)
@@ -249,25 +269,10 @@ class RtrServer:
         else:
             peer_ip, port = str(remote), 0
         peer = f"[{peer_ip}]:{port}" if ":" in peer_ip else f"{peer_ip}:{port}"
-        if not is_allowed(peer_ip, spec.allow):
-            self.stats.rejected_not_allowed += 1
-            self.stats.rejected_not_allowed_by_listener[name] += 1
-            self._log_refusal("not-allowed", name, peer, "address not in the allowed networks")
+        slot = self.admit(peer_ip, peer, spec, name)
+        if slot is None:
             tg.start_soon(_close_quietly, stream)
             return
-        slot = _Slot()
-        admitted = self.admission.admit(peer_ip, slot.evict)
-        if isinstance(admitted, str):
-            if admitted == "max_connections":
-                self.stats.rejected_max_connections += 1
-                reason = f"max-connections ({self.settings.max_connections}) reached"
-            else:
-                self.stats.rejected_max_per_ip += 1
-                reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
-            self._log_refusal(admitted, name, peer, f"{reason}, every connection a session")
-            tg.start_soon(_close_quietly, stream)
-            return
-        slot.ticket = admitted
         try:
             sock = stream.extra(SocketAttribute.raw_socket)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
@@ -276,11 +281,54 @@ class RtrServer:
         if spec.tls:
             tg.start_soon(self._run_tls, stream, peer, name, slot)
             return
-        self.stats.accepted += 1
-        tg.start_soon(self._run_connection, self._connection(stream, peer, slot), slot)
+        tg.start_soon(self.run_session, self.session(stream, peer, "tcp", slot), slot)
 
-    def _connection(self, stream: ByteStream, peer: str, slot: _Slot) -> RtrConnection:
+    # ------------------------------------------------------------------ admission
+    def admit(
+        self,
+        peer_ip: str,
+        peer: str,
+        spec: ListenAddress,
+        listener: str,
+        on_evict: Callable[[], None] | None = None,
+    ) -> Slot | None:
+        """Allowed networks and the caps for a new connection (any transport); None: refused.
+
+        A refusal is counted and logged. The slot then belongs to the caller: `session` makes
+        it an RTR session, `abandon` gives it back (a refused handshake or login). While it has
+        no session, an eviction calls ``on_evict``.
+        """
+        if not is_allowed(peer_ip, spec.allow):
+            self.stats.rejected_not_allowed += 1
+            self.stats.rejected_not_allowed_by_listener[listener] += 1
+            self._log_refusal("not-allowed", listener, peer, "address not in the allowed networks")
+            return None
+        slot = Slot(on_evict)
+        admitted = self.admission.admit(peer_ip, slot.evict)
+        if isinstance(admitted, str):
+            if admitted == "max_connections":
+                self.stats.rejected_max_connections += 1
+                reason = f"max-connections ({self.settings.max_connections}) reached"
+            else:
+                self.stats.rejected_max_per_ip += 1
+                reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
+            self._log_refusal(admitted, listener, peer, f"{reason}, every connection a session")
+            return None
+        slot.ticket = admitted
+        return slot
+
+    def abandon(self, slot: Slot) -> None:
+        """Give back the slot of an admitted connection that got no session."""
+        self._release(slot)
+
+    def log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
+        """One line per refusal, at most a few per listener and kind every 10 s."""
+        self._log_refusal(kind, listener, peer, reason)
+
+    def session(self, stream: ByteStream, peer: str, transport: str, slot: Slot) -> RtrConnection:
         """The RTR session of an admitted stream, registered; its first query negotiates it."""
+        self.stats.accepted += 1
+        self.stats.accepted_by_transport[transport] += 1
         ticket = slot.ticket
         assert ticket is not None
         connection = RtrConnection(
@@ -303,11 +351,11 @@ class RtrServer:
             more = f" ({suppressed} more refused like this not logged)" if suppressed else ""
             log.warning("refused router %s on %s: %s%s", peer, listener, reason, more)
 
-    def _release(self, slot: _Slot) -> None:
+    def _release(self, slot: Slot) -> None:
         if slot.ticket is not None:
             self.admission.release(slot.ticket)
 
-    async def _run_tls(self, stream: SocketStream, peer: str, name: str, slot: _Slot) -> None:
+    async def _run_tls(self, stream: SocketStream, peer: str, name: str, slot: Slot) -> None:
         """Handshake and address check, then the RTR session over the TLS stream."""
         assert self.tls_context is not None
         assert slot.ticket is not None
@@ -340,11 +388,11 @@ class RtrServer:
             self._release(slot)
             await _close_quietly(stream)
             raise
-        self.stats.accepted += 1
-        connection = self._connection(tls, peer, slot)
-        await self._run_connection(connection, slot, f" over {tls.extra(TLSAttribute.tls_version)}")
+        connection = self.session(tls, peer, "tls", slot)
+        await self.run_session(connection, slot, f" over {tls.extra(TLSAttribute.tls_version)}")
 
-    async def _run_connection(self, connection: RtrConnection, slot: _Slot, via: str = "") -> None:
+    async def run_session(self, connection: RtrConnection, slot: Slot, via: str = "") -> None:
+        """Serve a registered session until it ends; then give its slot back and log."""
         started = anyio.current_time()
         log.info(
             "router %s connected%s (%d connections)",
@@ -379,26 +427,6 @@ class RtrServer:
             self.stats.notify_rounds += 1
             for connection in list(self.connections):
                 connection.request_notify()
-
-
-class _Slot:
-    """One admitted connection's place: its ticket, and how to evict it at any stage."""
-
-    __slots__ = ("connection", "evicted", "scope", "ticket")
-
-    def __init__(self) -> None:
-        self.ticket: Ticket | None = None
-        self.connection: RtrConnection | None = None
-        #: Cancels a TLS handshake still running when the slot is evicted.
-        self.scope = anyio.CancelScope()
-        self.evicted = False
-
-    def evict(self) -> None:
-        self.evicted = True
-        if self.connection is not None:
-            self.connection.evict()
-        else:
-            self.scope.cancel()
 
 
 def _keys_text(spec: ListenAddress) -> str:

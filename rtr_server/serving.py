@@ -15,7 +15,19 @@ from rtr_protocol import CloseReason, Hold, SendDelta, SendFull
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState
 
-__all__ = ["HeldAnswer", "ServerStats", "ServingContext"]
+__all__ = ["SSH_REFUSALS", "TRANSPORTS", "HeldAnswer", "ServerStats", "ServingContext"]
+
+#: The transports a session can come over (`ServerStats.accepted_by_transport`).
+TRANSPORTS = ("tcp", "tls", "ssh")
+#: Why an SSH connection ended without a session (`ServerStats.ssh_refusals`; see rtr_server.ssh).
+SSH_REFUSALS = (
+    "login_timeout",
+    "auth_failed",
+    "user_not_allowed",
+    "no_login",
+    "no_session",
+    "bad_channel",
+)
 
 
 class HeldAnswer(NamedTuple):
@@ -46,6 +58,10 @@ class ServerStats:
     tls_handshake_timeouts: int = 0
     tls_handshake_failures: int = 0
     rejected_tls_ip_mismatch: int = 0
+    #: Sessions by transport (``tcp``, ``tls``, ``ssh``).
+    accepted_by_transport: Counter[str] = field(default_factory=Counter)
+    #: SSH connections closed without a session, by reason (`SSH_REFUSALS`).
+    ssh_refusals: Counter[str] = field(default_factory=Counter)
     accept_errors: int = 0
     reset_queries: int = 0
     serial_queries: int = 0

@@ -9,6 +9,7 @@ from pathlib import Path
 from rtr_protocol.constants import MAX_VERSION, Timers
 from rtr_server.access import Network
 from rtr_server.socket_activation import InheritedSocket
+from rtr_server.ssh_settings import SshSettings
 from rtr_server.tcp_auth import AoKey, Md5Key
 
 
@@ -23,7 +24,7 @@ class ShutdownNotice(enum.Enum):
 
 @dataclass(frozen=True, slots=True)
 class ListenAddress:
-    """One TCP address to listen on, plain or TLS, with the router networks it admits."""
+    """One TCP address to listen on, plain, TLS or SSH, with the router networks it admits."""
 
     host: str
     port: int
@@ -34,13 +35,15 @@ class ListenAddress:
     #: TCP-MD5 and TCP-AO keys per router prefix (`rtr_server.tcp_auth`; config file only).
     tcp_md5: tuple[Md5Key, ...] = ()
     tcp_ao: tuple[AoKey, ...] = ()
+    #: Serve RTR over SSH here (subsystem rpki-rtr, 8210bis §9.1; see rtr_server.ssh).
+    ssh: bool = False
 
     def __str__(self) -> str:
         return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
 
     def describe(self) -> str:
         """``HOST:PORT``, with ``tls`` and the allowed networks when set (for check-config)."""
-        text = f"{self}{' tls' if self.tls else ''}"
+        text = f"{self}{' tls' if self.tls else ''}{' ssh' if self.ssh else ''}"
         if self.allow is not None:
             text += f" allow {','.join(str(n) for n in self.allow)}"
         if self.tcp_md5:
@@ -106,6 +109,8 @@ class ServerSettings:
     tls_handshake_timeout: float = 10.0
     #: Sockets passed by systemd (socket activation): served instead of binding ``listen``.
     inherited: tuple[InheritedSocket, ...] = ()
+    #: Host key, router keys and users of the SSH listeners (required when one has ``ssh``).
+    ssh: SshSettings | None = None
 
     def __post_init__(self) -> None:
         if not self.listen:
@@ -128,6 +133,10 @@ class ServerSettings:
             raise ValueError("an rtr-tls socket needs a certificate and key (tls_cert, tls_key)")
         if self.tls is None and any(a.tls for a in self.listen):
             raise ValueError("TLS listeners need a certificate and key (--tls-cert, --tls-key)")
+        if self.ssh is None and any(a.ssh for a in self.listen):
+            raise ValueError("SSH listeners need --ssh-host-key and --ssh-authorized-keys")
+        if any(a.ssh and a.tls for a in self.listen):
+            raise ValueError("a listener is either TLS or SSH, not both")
         if self.tls_handshake_timeout <= 0:
             raise ValueError("TLS handshake timeout must be positive")
 

@@ -186,6 +186,11 @@ class SessionCollector:
             clients.add_metric([version], count)
         accepted = _counter("rtr_connections_total", "Router connections accepted")
         accepted.add_metric([], view.accepted)
+        by_transport = _counter(
+            "rtr_transport_connections_total", "Router sessions by transport", ["transport"]
+        )
+        for transport, count in view.accepted_by_transport.items():
+            by_transport.add_metric([transport], count)
         rejected = _counter(
             "rtr_rejected_connections_total", "Connections closed at accept", ["reason"]
         )
@@ -250,7 +255,7 @@ class SessionCollector:
         )
         for reason, count in sorted(view.disconnects.items()):
             disconnects.add_metric([reason], count)
-        yield from (clients, accepted, rejected, accept_errors, queries, resets)
+        yield from (clients, accepted, by_transport, rejected, accept_errors, queries, resets)
         yield from (notifies, rounds, sent, errors, disconnects, not_allowed, limits)
         yield from (evicted, pressure, episodes, silent)
         yield from (held, held_total, hold_timeouts)

@@ -27,6 +27,7 @@ from rtr_server.http.view import (
     GroupView,
     SourceView,
 )
+from rtr_server.serving import SSH_REFUSALS, TRANSPORTS
 from snapshot.serial import Serial
 
 
@@ -69,6 +70,8 @@ class SessionsView:
     by_version: dict[str, int]
     routers: tuple[RouterView, ...]
     accepted: int
+    #: Sessions by transport (tcp, tls, ssh).
+    accepted_by_transport: dict[str, int]
     rejected: dict[str, int]
     #: Connections closed before their first query to admit a newcomer, by cap.
     evicted: dict[str, int]
@@ -208,6 +211,7 @@ def sessions(app: AppView) -> SessionsView:
         by_version={v: by_version.get(v, 0) for v in ("0", "1", "2", "none")},
         routers=tuple(routers),
         accepted=stats.accepted,
+        accepted_by_transport={t: stats.accepted_by_transport[t] for t in TRANSPORTS},
         rejected={
             "max_connections": stats.rejected_max_connections,
             "max_per_ip": stats.rejected_max_per_ip,
@@ -215,6 +219,7 @@ def sessions(app: AppView) -> SessionsView:
             "tls_handshake_timeout": stats.tls_handshake_timeouts,
             "tls_handshake_failure": stats.tls_handshake_failures,
             "tls_ip_mismatch": stats.rejected_tls_ip_mismatch,
+            **{f"ssh_{reason}": stats.ssh_refusals[reason] for reason in SSH_REFUSALS},
         },
         evicted={
             "max_connections": server.admission.stats.evicted["max_connections"],
