@@ -41,7 +41,9 @@ def build_dump_parser() -> argparse.ArgumentParser:
         "and print it (like StayRTR's rtrdump, with our own RTR client).",
     )
     parser.add_argument(
-        "url", help="rtr://HOST[:PORT] (port 323) or rtrs://HOST[:PORT] (TLS, port 324)"
+        "url",
+        help="rtr://HOST[:PORT] (port 323), rtrs://HOST[:PORT] (TLS, port 324) or "
+        "ssh://[USER@]HOST[:PORT] (subsystem rpki-rtr, port 22)",
     )
     parser.add_argument(
         "--version",
@@ -67,6 +69,14 @@ def build_dump_parser() -> argparse.ArgumentParser:
     parser.add_argument("--ca-file", help="CA bundle to verify the cache's TLS certificate")
     parser.add_argument("--cert", help="TLS: the router certificate to present (with --key)")
     parser.add_argument("--key", help="TLS: the key of --cert")
+    parser.add_argument(
+        "--ssh-key", help="SSH: the private key to log in with (default: agent, ~/.ssh keys)"
+    )
+    parser.add_argument(
+        "--ssh-known-hosts",
+        help="SSH: known_hosts file with the cache's host key (default ~/.ssh/known_hosts; "
+        "an unknown host key is refused)",
+    )
     parser.add_argument("-o", "--output", help="write to this file instead of stdout")
     return parser
 
@@ -115,6 +125,10 @@ def main(argv: Sequence[str]) -> int:
         parser.error("--cert and --key go together")
     if args.cert is not None and not address.tls:
         parser.error("--cert needs TLS (rtrs:// or --tls)")
+    if address.ssh_user is not None and args.tls:
+        parser.error("--tls and ssh:// do not go together")
+    if (args.ssh_key or args.ssh_known_hosts) and address.ssh_user is None:
+        parser.error("--ssh-key and --ssh-known-hosts need an ssh:// URL")
     version = 2 if args.version is None else args.version
     try:
         result = anyio.run(
@@ -126,6 +140,8 @@ def main(argv: Sequence[str]) -> int:
                 within=args.timeout,
                 ca_file=args.ca_file,
                 client_cert=None if args.cert is None else (args.cert, args.key),
+                ssh_key=args.ssh_key,
+                ssh_known_hosts=args.ssh_known_hosts,
             )
         )
     except FetchError as exc:

@@ -31,7 +31,7 @@ from rtr_server.connection import RtrConnection
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress
 from rtr_server.ssh_settings import SUBSYSTEM, SshSettings, verify_password
-from rtr_server.ssh_stream import SshByteStream
+from upstream.ssh_stream import SshByteStream
 
 __all__ = ["SessionHost", "SshConfigError", "SshService", "load_ssh_keys"]
 

@@ -13,6 +13,7 @@ cache's Error Report, No Data Available, Cache Reset, a protocol error).
 from __future__ import annotations
 
 import contextlib
+import getpass
 import ssl
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -49,6 +50,7 @@ from rtr_protocol.pdu import (
 from snapshot.model import Aspa, RouterKey, Vrp, pack_v4, pack_v6
 from snapshot.snapshot import Snapshot
 from upstream.rtr_address import parse_rtr_url
+from upstream.ssh_connect import SshConnectError, SshLogin, connect_ssh
 
 __all__ = [
     "TLS_PORT",
@@ -62,6 +64,8 @@ __all__ = [
 
 #: IANA port of rpki-rtr over TLS (RFC 7730 / bis §9), used for rtrs:// without a port.
 TLS_PORT = 324
+#: The SSH port, used for ssh:// without a port (RFC 6810 §7: the rpki-rtr subsystem).
+SSH_PORT = 22
 #: Bytes asked for per receive.
 RECEIVE_SIZE = 65_536
 #: An incremental answer may bring at most this many records and octets (a hostile cache
@@ -78,24 +82,37 @@ class FetchError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class CacheAddress:
-    """Where a cache listens and whether to speak TLS to it."""
+    """Where a cache listens and whether to speak TLS or SSH (as ``user``) to it."""
 
     host: str
     port: int
     tls: bool = False
+    ssh_user: str | None = None
 
     def __str__(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
+        if self.ssh_user is not None:
+            return f"ssh://{self.ssh_user}@{host}:{self.port}"
         return f"{'rtrs' if self.tls else 'rtr'}://{host}:{self.port}"
 
 
 def parse_cache_url(url: str, *, tls: bool = False) -> CacheAddress:
-    """``rtr://HOST[:PORT]`` (323) or ``rtrs://HOST[:PORT]`` (324, TLS); no I/O.
+    """The cache of ``rtr://``, ``rtrs://`` (TLS) or ``ssh://[USER@]`` ``HOST[:PORT]``; no I/O.
+
+    Default ports 323, 324 and 22; ``ssh://`` without a user logs in as the login name.
 
     Raises:
         ValueError: for another scheme or a malformed URL (see `parse_rtr_url`).
     """
     scheme = urlsplit(url).scheme
+    if scheme == "ssh":
+        parts = urlsplit(url)
+        user = parts.username or getpass.getuser()
+        plain = "rtr://" + parts.netloc.rpartition("@")[2] + parts.path
+        if parts.query or parts.fragment or parts.password is not None:
+            raise ValueError(f"{url!r}: expected ssh://[USER@]HOST[:PORT]")
+        host, port = parse_rtr_url(plain)
+        return CacheAddress(host, SSH_PORT if parts.port is None else port, ssh_user=user)
     if scheme == "rtrs":
         plain = "rtr" + url[4:]
         host, port = parse_rtr_url(plain)
@@ -103,7 +120,9 @@ def parse_cache_url(url: str, *, tls: bool = False) -> CacheAddress:
             port = TLS_PORT
         return CacheAddress(host, port, tls=True)
     if scheme != "rtr":
-        raise ValueError(f"{url!r}: expected rtr://HOST[:PORT] or rtrs://HOST[:PORT]")
+        raise ValueError(
+            f"{url!r}: expected rtr://HOST[:PORT], rtrs://HOST[:PORT] or ssh://[USER@]HOST[:PORT]"
+        )
     host, port = parse_rtr_url(url)
     return CacheAddress(host, port, tls)
 
@@ -141,19 +160,25 @@ async def fetch(
     within: float = 60.0,
     ca_file: str | None = None,
     client_cert: tuple[str, str] | None = None,
+    ssh_key: str | None = None,
+    ssh_known_hosts: str | None = None,
 ) -> FetchResult:
     """Connect, ask, read to End of Data, close; all within ``within`` seconds.
 
     Over TLS the cache's certificate is verified (system CAs, or ``ca_file``) and
-    ``client_cert`` (certificate and key files) is presented when given.
+    ``client_cert`` (certificate and key files) is presented when given. Over SSH the
+    cache's host key must be in ``ssh_known_hosts`` (default ``~/.ssh/known_hosts``) and
+    ``ssh_key`` logs in (default: the agent and ``~/.ssh`` keys).
     ``negotiate`` lets a full dump follow the cache down from ``version`` (a fixed
     ``--version`` turns it off: a cache asking for another version is then an error).
 
     Raises:
         FetchError: for every way this can fail, with one line saying why.
     """
-    tls = None
-    if address.tls:
+    tls: ssl.SSLContext | SshLogin | None = None
+    if address.ssh_user is not None:
+        tls = SshLogin(address.ssh_user, ssh_key, ssh_known_hosts)
+    elif address.tls:
         try:
             tls = ssl.create_default_context(cafile=ca_file)
             if client_cert is not None:
@@ -169,13 +194,20 @@ async def fetch(
         raise FetchError(f"{address}: no End of Data within {within:g} s") from None
 
 
-async def _connect(address: CacheAddress, tls: ssl.SSLContext | None) -> ByteStream:
+Transport = ssl.SSLContext | SshLogin | None
+
+
+async def _connect(address: CacheAddress, tls: Transport) -> ByteStream:
     try:
+        if isinstance(tls, SshLogin):
+            return await connect_ssh(address.host, address.port, tls)
         if tls is not None:
             return await anyio.connect_tcp(
                 address.host, address.port, ssl_context=tls, tls_standard_compatible=False
             )
         return await anyio.connect_tcp(address.host, address.port)
+    except SshConnectError as exc:
+        raise FetchError(f"{address}: {exc}") from None
     except (OSError, ssl.SSLError) as exc:
         raise FetchError(f"cannot connect to {address}: {exc}") from None
 
@@ -202,7 +234,7 @@ async def _close(stream: ByteStream) -> None:
 
 
 async def _full(
-    address: CacheAddress, version: int, negotiate: bool, tls: ssl.SSLContext | None
+    address: CacheAddress, version: int, negotiate: bool, tls: Transport
 ) -> FetchResult:
     session = ClientSession(max_version=version)
     downgrades: list[str] = []
@@ -268,7 +300,7 @@ async def _pump(
 
 
 async def _incremental(
-    address: CacheAddress, version: int, query: tuple[int, int], tls: ssl.SSLContext | None
+    address: CacheAddress, version: int, query: tuple[int, int], tls: Transport
 ) -> FetchResult:
     session_id, serial = query
     stream = await _connect(address, tls)

@@ -16,8 +16,8 @@ import anyio
 import asyncssh
 
 from rtr_server.settings import ListenAddress
-from rtr_server.ssh_stream import SshByteStream
 from tests.server.rtr_client import TIMEOUT, RtrClient
+from upstream.ssh_stream import SshByteStream
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,7 @@ which returns only when asyncssh's send buffer is below its high-water mark (the
 channel window and the socket decide), so a slow router holds at most one chunk plus that
 buffer. End of file from the router is `anyio.EndOfStream`; a lost connection is
 `anyio.BrokenResourceError`. `aclose` closes the channel (not the SSH connection: its owner,
-`rtr_server.ssh`, closes that when the channel is gone).
+`rtr_server.ssh` or `upstream.ssh_connect`, closes that when the channel is gone).
 """
 
 from __future__ import annotations
