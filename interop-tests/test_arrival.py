@@ -221,7 +221,12 @@ def test_daemon_converges_after_restarts(restarts: Restarts, name: str) -> None:
     assert restarts.took["state"][name] < BOUND, restarts.took
     story = peer_log(restarts.lab.server, peer_name(restarts.lab.connection_port(name)))
     assert story.connected == 1, story
-    assert story.resets, story
+    # The last connection's answer came from the restarted server: the full table after its
+    # Cache Reset, or, for a daemon that redialled once more after that (OpenBGPD 7.7 did in
+    # CI: two Serial Queries at once, two Cache Resets, it dropped the connection during the
+    # second full table and came back), a Serial Query with the new session answered by the
+    # empty delta. The exact table is checked in the fixture either way.
+    assert story.resets or story.deltas, story
 
 
 def test_gobgp_that_got_no_data_is_redialled_at_the_first_publish() -> None:
