@@ -295,13 +295,13 @@ class RtrServer:
         """Allowed networks and the caps for a new connection (any transport); None: refused.
 
         A refusal is counted and logged. The slot then belongs to the caller: `session` makes
-        it an RTR session, `abandon` gives it back (a refused handshake or login). While it has
+        it an RTR session, `release` gives it back (a refused handshake or login). While it has
         no session, an eviction calls ``on_evict``.
         """
         if not is_allowed(peer_ip, spec.allow):
             self.stats.rejected_not_allowed += 1
             self.stats.rejected_not_allowed_by_listener[listener] += 1
-            self._log_refusal("not-allowed", listener, peer, "address not in the allowed networks")
+            self.log_refusal("not-allowed", listener, peer, "address not in the allowed networks")
             return None
         slot = Slot(on_evict)
         admitted = self.admission.admit(peer_ip, slot.evict)
@@ -312,18 +312,10 @@ class RtrServer:
             else:
                 self.stats.rejected_max_per_ip += 1
                 reason = f"max-per-ip ({self.settings.max_per_ip}) reached for {peer_ip}"
-            self._log_refusal(admitted, listener, peer, f"{reason}, every connection a session")
+            self.log_refusal(admitted, listener, peer, f"{reason}, every connection a session")
             return None
         slot.ticket = admitted
         return slot
-
-    def abandon(self, slot: Slot) -> None:
-        """Give back the slot of an admitted connection that got no session."""
-        self._release(slot)
-
-    def log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
-        """One line per refusal, at most a few per listener and kind every 10 s."""
-        self._log_refusal(kind, listener, peer, reason)
 
     def session(self, stream: ByteStream, peer: str, transport: str, slot: Slot) -> RtrConnection:
         """The RTR session of an admitted stream, registered; its first query negotiates it."""
@@ -344,14 +336,15 @@ class RtrServer:
         self.connections.add(connection)
         return connection
 
-    def _log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
+    def log_refusal(self, kind: str, listener: str, peer: str, reason: str) -> None:
         """One line per refusal, at most a few per listener and kind every 10 s."""
         logged, suppressed = self._refusal_log.allow(f"{kind} {listener}", anyio.current_time())
         if logged:
             more = f" ({suppressed} more refused like this not logged)" if suppressed else ""
             log.warning("refused router %s on %s: %s%s", peer, listener, reason, more)
 
-    def _release(self, slot: Slot) -> None:
+    def release(self, slot: Slot) -> None:
+        """Give back an admitted connection's slot: its session ended, or it got none."""
         if slot.ticket is not None:
             self.admission.release(slot.ticket)
 
@@ -369,8 +362,8 @@ class RtrServer:
                 )
             if slot.scope.cancelled_caught:
                 self.stats.disconnects[CloseReason.EVICTED] += 1
-                self._log_refusal("evicted", name, peer, "evicted during the TLS handshake")
-                self._release(slot)
+                self.log_refusal("evicted", name, peer, "evicted during the TLS handshake")
+                self.release(slot)
                 await _close_quietly(stream)
                 return
         except TlsRefusedError as exc:
@@ -380,12 +373,12 @@ class RtrServer:
                 self.stats.rejected_tls_ip_mismatch += 1
             else:
                 self.stats.tls_handshake_failures += 1
-            self._log_refusal(exc.refusal.value, name, peer, exc.reason)
-            self._release(slot)
+            self.log_refusal(exc.refusal.value, name, peer, exc.reason)
+            self.release(slot)
             await _close_quietly(stream)
             return
         except BaseException:  # shutdown during the handshake
-            self._release(slot)
+            self.release(slot)
             await _close_quietly(stream)
             raise
         connection = self.session(tls, peer, "tls", slot)
@@ -410,7 +403,7 @@ class RtrServer:
             await connection.run()
         finally:
             self.connections.discard(connection)
-            self._release(slot)
+            self.release(slot)
             self.stats.disconnects[connection.close_reason] += 1
             _log_close(connection, anyio.current_time() - started)
 

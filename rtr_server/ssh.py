@@ -69,8 +69,8 @@ class SessionHost(Protocol):
         """
         ...
 
-    def abandon(self, slot: Slot) -> None:
-        """Give back the slot of an admitted connection that never got a session."""
+    def release(self, slot: Slot) -> None:
+        """Give back the slot of an admitted connection (here: one that got no session)."""
         ...
 
     def session(self, stream: ByteStream, peer: str, transport: str, slot: Slot) -> RtrConnection:
@@ -244,7 +244,7 @@ class _Router(asyncssh.SSHServer):
         self.slot = None
         reason = self.refusal
         if reason == "evicted":  # counted by the admission (rtr_evicted_connections_total)
-            self.service.host.abandon(slot)
+            self.service.host.release(slot)
             return
         if reason is None:
             if isinstance(exc, asyncssh.ConnectionLost) and "timeout" in str(exc).lower():
@@ -254,7 +254,7 @@ class _Router(asyncssh.SSHServer):
             else:
                 reason = "no_session"
         self._refused(reason)
-        self.service.host.abandon(slot)
+        self.service.host.release(slot)
 
     def _refused(self, reason: str) -> None:
         self.service.host.stats.ssh_refusals[reason] += 1
