@@ -14,36 +14,36 @@ A VRP or router key listed more than once (several trust anchors, any expiries) 
 with the latest expiry plus its other supports as extras (`SourcePayload.vrp_duplicates`,
 ``router_key_duplicates``; contract P-27); every ASPA entry is its own support.
 
-Speed and memory: the whole export is decoded by the C JSON scanner with an ``object_hook``
-that turns each payload object into a packed key on the spot, so no per-entry dict survives the
-parse (a 723k-VRP export peaks near 200 MB instead of ~450 MB). The hook's result is checked
-afterwards; a document whose payload objects are not where expected is re-read the slow way.
+Speed and memory: an export of the common shape is decoded once by msgspec straight from its
+bytes into small ``roas`` structs (`upstream.json_typed`), each packed into a key without
+``ipaddress`` objects; its other sections (small) go through the hooked read below. Any other
+document is decoded by the C JSON scanner with an ``object_hook`` that turns each payload
+object into a packed key on the spot, so no per-entry dict survives the parse. The hook's result
+is checked afterwards; a document whose payload objects are not where expected is re-read the
+slow way, which names the entry, the field and the value. All three give the same payload.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 import socket
 from array import array
 from collections.abc import Callable, Iterable
-from datetime import datetime
 from functools import partial
 from typing import Any, Final
 
-from snapshot.model import (
-    SKI_LENGTH,
-    Aspa,
-    PayloadError,
-    RouterKey,
-    check_asn,
-    pack_v4,
-    pack_v6,
-)
+from snapshot.model import Aspa, PayloadError, RouterKey
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
 from upstream.format_error import FormatError
-from upstream.payload import NO_EXPIRY, SourcePayload
+from upstream.json_fields import (
+    aspa_entry,
+    expires_of,
+    router_key_entry,
+    time_value,
+    vrp_key,
+)
+from upstream.json_typed import UNSET, Roa, decode_typed
+from upstream.payload import SourcePayload
 
 __all__ = [
     "DEFAULT_MAX_ASPA_PROVIDERS",
@@ -55,135 +55,9 @@ __all__ = [
 #: rpki-client and OpenBGPD drop provider sets above this size; so do we by default.
 DEFAULT_MAX_ASPA_PROVIDERS: Final = 10_000
 
-
-# ---------------------------------------------------------------- field readers
-
-
-def _asn(value: object, name: str) -> int:
-    if isinstance(value, str):
-        text = value[2:] if value[:2].upper() == "AS" else value
-        if not (text.isascii() and text.isdigit()):
-            raise PayloadError(name, value, "not an AS number")
-        value = int(text)
-    if type(value) is not int:
-        raise PayloadError(name, value, "not an AS number")
-    return check_asn(value, name)
-
-
-def _int(value: object, name: str) -> int:
-    if type(value) is not int:
-        raise PayloadError(name, value, "must be an integer")
-    return value
-
-
-def _time(value: object, name: str) -> int:
-    if type(value) is int:
-        return value
-    if isinstance(value, str):
-        try:
-            return int(datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp())
-        except ValueError:
-            pass
-    raise PayloadError(name, value, "not a Unix time or ISO 8601 date")
-
-
-def _expires(entry: dict[str, Any]) -> int:
-    value = entry.get("expires")
-    if value is not None:
-        return _time(value, "expires")
-    sources = entry.get("source")
-    if isinstance(sources, list) and sources:
-        # Routinator jsonext: an entry lives while any of its sources does; a source lives
-        # until the first of its validity end, chain validity end and stale time.
-        best = None
-        for src in sources:
-            if not isinstance(src, dict):
-                continue
-            ends = [
-                _time(v, "source")
-                for v in (
-                    (src.get("validity") or {}).get("notAfter"),
-                    (src.get("chainValidity") or {}).get("notAfter"),
-                    src.get("stale"),
-                )
-                if v is not None
-            ]
-            end = min(ends, default=NO_EXPIRY)
-            best = end if best is None else max(best, end)
-        if best is not None:
-            return best
-    return NO_EXPIRY
-
-
 _INET_PTON = socket.inet_pton
 _AF_INET = socket.AF_INET
 _AF_INET6 = socket.AF_INET6
-
-
-def _vrp_key(entry: dict[str, Any]) -> bytes:
-    prefix = entry["prefix"]
-    if not isinstance(prefix, str):
-        raise PayloadError("prefix", prefix, "must be a string")
-    address, slash, length_text = prefix.partition("/")
-    if not (slash and length_text.isascii() and length_text.isdigit() and len(length_text) < 4):
-        raise PayloadError("prefix", prefix, "not a prefix in address/length form")
-    length = int(length_text)
-    max_length = entry.get("maxLength", length)
-    if type(max_length) is not int:
-        raise PayloadError("maxLength", max_length, "must be an integer")
-    asn = _asn(entry["asn"], "asn")
-    try:
-        if ":" in address:
-            raw = _INET_PTON(_AF_INET6, address)
-            return pack_v6(int.from_bytes(raw, "big"), length, max_length, asn)
-        raw = _INET_PTON(_AF_INET, address)
-    except OSError:
-        raise PayloadError("prefix", prefix, "not a valid IP address") from None
-    return pack_v4(int.from_bytes(raw, "big"), length, max_length, asn)
-
-
-def _b64(value: object, name: str) -> bytes:
-    if not isinstance(value, str):
-        raise PayloadError(name, value, "must be a base64 string")
-    text = value.strip()
-    padded = text + "=" * (-len(text) % 4)
-    raw = padded.encode("ascii", "replace")
-    for alphabet in (None, b"-_"):
-        try:
-            return base64.b64decode(raw, altchars=alphabet, validate=True)
-        except (binascii.Error, ValueError):
-            continue
-    raise PayloadError(name, value, "not valid base64")
-
-
-def _router_key(entry: dict[str, Any]) -> tuple[RouterKey, int]:
-    ski_text = entry.get("ski", entry.get("SKI"))
-    if not isinstance(ski_text, str):
-        raise PayloadError("ski", ski_text, "must be a hex string")
-    try:
-        ski = bytes.fromhex(ski_text.replace(":", ""))
-    except ValueError:
-        # FORT writes the SKI in base64url (27 or 28 characters for 20 octets).
-        if len(ski_text) not in (27, 28):
-            raise PayloadError("ski", ski_text, "not hexadecimal") from None
-        ski = _b64(ski_text, "ski")
-    if len(ski) != SKI_LENGTH:
-        raise PayloadError("ski", ski_text, "must be 20 octets (40 hex digits)")
-    spki_name = next((n for n in ("pubkey", "routerPublicKey", "spki") if n in entry), "pubkey")
-    spki = _b64(entry.get(spki_name), spki_name)
-    return RouterKey(ski, _asn(entry.get("asn"), "asn"), spki), _expires(entry)
-
-
-def _aspa(entry: dict[str, Any], max_providers: int) -> tuple[Aspa, int]:
-    name = "customer_asid" if "customer_asid" in entry else "customer"
-    customer = _asn(entry.get(name), name)
-    providers = entry.get("providers")
-    if not isinstance(providers, list):
-        raise PayloadError("providers", providers, "must be a list of ASNs")
-    if len(providers) > max_providers:
-        raise PayloadError("providers", f"<{len(providers)} ASNs>", f"more than {max_providers}")
-    asns = [_asn(p, "providers") for p in providers]
-    return Aspa(customer, tuple(asns)), _expires(entry)
 
 
 # ---------------------------------------------------------------- the parse
@@ -236,7 +110,7 @@ class _Collector:
 
     def add_vrp(self, entry: dict[str, Any]) -> None:
         self.counts["vrp"] += 1
-        self._vrp(_vrp_key(entry), _expires(entry))
+        self._vrp(vrp_key(entry), expires_of(entry))
 
     def _vrp(self, key: bytes, expires: int) -> None:
         old = self.vrps.get(key)
@@ -250,7 +124,7 @@ class _Collector:
 
     def add_router_key(self, entry: dict[str, Any]) -> None:
         self.counts["router_key"] += 1
-        key, expires = _router_key(entry)
+        key, expires = router_key_entry(entry)
         old = self.router_keys.get(key)
         if old is None:
             self.router_keys[key] = expires
@@ -262,7 +136,7 @@ class _Collector:
 
     def add_aspa(self, entry: dict[str, Any], afi: int = 0) -> None:
         self.counts["aspa"] += 1
-        self.aspas.append(_aspa(entry, self.max_providers))
+        self.aspas.append(aspa_entry(entry, self.max_providers))
         self.aspa_afis.append(afi)
 
     def hook(self, obj: dict[str, Any]) -> object:
@@ -287,11 +161,55 @@ class _Collector:
         expires = obj.get("expires")
         if type(asn) is not int or type(expires) is not int or type(prefix) is not str:
             return False
+        return self.add_packed(prefix, asn, obj.get("maxLength", UNSET), expires)
+
+    def add_typed(self, roas: list[Roa]) -> bool:
+        """Pack every typed entry (`upstream.json_typed`), emptying ``roas``.
+
+        False at the first entry that needs a look: the caller then reads the document the
+        general way. `add_packed` inlined, with its names bound locally: this loop is the
+        parse's hot path.
+        """
+        lengths, pairs, pton, vrps = _LENGTHS, _LENGTH_PAIRS, _INET_PTON, self.vrps
+        v4, v6, unset, again = _AF_INET, _AF_INET6, UNSET, self._vrp
+        from_bytes = int.from_bytes
+        count = len(roas)
+        pop = roas.pop
+        while roas:  # from the end, each struct freed as it is packed (the order is immaterial)
+            roa = pop()
+            address, _, length_text = roa.prefix.partition("/")
+            length = lengths.get(length_text)
+            if length is None:
+                return False
+            max_length = roa.maxLength
+            if max_length is unset:
+                max_length = length
+            asn = roa.asn
+            if not 0 <= length <= max_length or asn >> 32 or asn < 0:
+                return False
+            try:
+                raw = pton(v6 if ":" in address else v4, address)
+            except OSError:
+                return False
+            bits = len(raw) * 8
+            if max_length > bits or from_bytes(raw) & ((1 << (bits - length)) - 1):
+                return False
+            key = raw + pairs[max_length][length] + asn.to_bytes(4)
+            if key in vrps:
+                again(key, roa.expires)
+            else:
+                vrps[key] = roa.expires
+        self.counts["vrp"] += count
+        return True
+
+    def add_packed(self, prefix: str, asn: int, max_length: object, expires: int) -> bool:
+        """A VRP of the common shape, valid; False (and nothing added) otherwise."""
         address, _, length_text = prefix.partition("/")
         length = _LENGTHS.get(length_text)
         if length is None:
             return False
-        max_length = obj.get("maxLength", length)
+        if max_length is UNSET:
+            max_length = length
         if type(max_length) is not int or not 0 <= length <= max_length or asn >> 32 or asn < 0:
             return False
         try:
@@ -387,7 +305,7 @@ def _generated(doc: dict[str, Any]) -> int | None:
         value = meta.get(name)
         if value is not None:
             try:
-                return _time(value, f"metadata.{name}")
+                return time_value(value, f"metadata.{name}")
             except PayloadError:
                 return None
     return None
@@ -416,7 +334,28 @@ def parse_export(
         FormatError: the document is not JSON of a known shape, or an entry is invalid; the
             message names the entry (section[index]), the field and the value.
     """
-    fast = _Collector(max_aspa_providers)
+    typed = decode_typed(data)
+    if typed is not None:
+        fast = _Collector(max_aspa_providers)
+        count = len(typed.roas)
+        if fast.add_typed(typed.roas):
+            payload = _hooked(typed.rest, fast, count)
+            if payload is not None:
+                return payload
+        del typed
+    payload = _hooked(data, _Collector(max_aspa_providers), 0)
+    if payload is not None:
+        return payload
+    # Payload-shaped objects were not all where expected (or some entry is incomplete):
+    # decode again without the hook and walk the payload sections one entry at a time.
+    return _slow_path(_loads(data, None), max_aspa_providers)
+
+
+def _hooked(data: bytes | str, fast: _Collector, typed: int) -> SourcePayload | None:
+    """The document read with ``fast``'s hook, which holds ``typed`` VRPs already.
+
+    None when a payload object was not where expected or needs the slow path's look.
+    """
 
     def hook(obj: dict[str, Any]) -> object:
         try:
@@ -429,25 +368,22 @@ def parse_export(
     doc = _loads(data, hook)
     sections = _sections(doc)
     markers = {"vrp": _VRP, "router_key": _KEY}
-    seen = {"vrp": 0, "router_key": 0, "aspa": 0}
+    seen = {"vrp": typed, "router_key": 0, "aspa": 0}
     for kind, _, items in sections:
         seen[kind] += len(items)
-    if seen == fast.counts and all(
+    if seen != fast.counts or not all(
         all(type(item) is _AspaAt for item in items)
         if kind == "aspa"
         else items.count(markers[kind]) == len(items)
         for kind, _, items in sections
     ):
-        for kind, label, items in sections:
-            afi = _SECTION_AFI.get(label, 0)
-            if kind == "aspa" and afi:
-                for item in items:
-                    fast.aspa_afis[item.index] = afi
-        return fast.payload(_generated(doc))
-    # Payload-shaped objects were not all where expected (or some entry is incomplete):
-    # decode again without the hook and walk the payload sections one entry at a time.
-    del doc, sections
-    return _slow_path(_loads(data, None), max_aspa_providers)
+        return None
+    for kind, label, items in sections:
+        afi = _SECTION_AFI.get(label, 0)
+        if kind == "aspa" and afi:
+            for item in items:
+                fast.aspa_afis[item.index] = afi
+    return fast.payload(_generated(doc))
 
 
 def _loads(data: bytes | str, hook: Callable[[dict[str, Any]], object] | None) -> dict[str, Any]:

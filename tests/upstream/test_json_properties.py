@@ -1,26 +1,32 @@
 """Property tests: generated exports parse to what `Snapshot.build` makes of the same records.
 
-The fast path (decode hook) and the slow path (plain decode, then walk the sections) must agree;
-the slow path is forced by a VRP-shaped object under an unrelated top-level key.
+The typed read (msgspec), the hooked read (decode hook) and the slow path (plain decode, then
+walk the sections) must agree; the slow path is forced by a VRP-shaped object under an unrelated
+top-level key with the typed read off. A bad entry is refused with the general read's message.
 """
 
 from __future__ import annotations
 
 import base64
+import bz2
 import ipaddress
 import json
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapshot.model import Aspa, RouterKey, Vrp
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE, split_keys
 from snapshot.snapshot import Snapshot
+from tests.upstream.helpers import DATA
 from upstream import json_format
+from upstream.format_error import FormatError
 from upstream.json_format import parse_export
+from upstream.json_typed import decode_typed
 from upstream.payload import NO_EXPIRY, SourcePayload
 
 SETTINGS = settings(max_examples=80, deadline=None)
@@ -184,14 +190,78 @@ def test_slow_path_agrees_with_fast_path(
         doc["aspas"] = [e for _, e in aspas]
     slow_doc = {**doc, "extra": [{"prefix": "192.0.2.0/24", "asn": 64496}]}
 
-    with mock.patch.object(json_format, "_slow_path", wraps=json_format._slow_path) as spy:
+    with (
+        mock.patch.object(json_format, "_slow_path", wraps=json_format._slow_path) as spy,
+        mock.patch("upstream.json_format.decode_typed", wraps=decode_typed) as typed,
+    ):
         fast = parse_export(json.dumps(doc))
+        assert spy.call_count == 0, "a well-formed document took the slow path"
+        # The typed read skips a stray payload-shaped object outside the sections (or, for
+        # entries it does not take, the hooked read sends the document the slow way).
+        assert parse_export(json.dumps(slow_doc)) == fast
+        spy.reset_mock()
+        typed.side_effect = lambda data: None  # the hooked read alone
+        hooked = parse_export(json.dumps(doc))
         assert spy.call_count == 0, "a well-formed document took the slow path"
         slow = parse_export(json.dumps(slow_doc))
         assert spy.call_count == 1, "the slow path was not taken"
 
     assert slow == fast
+    assert hooked == fast
     assert fast.generated == 1_700_000_000
     assert fast.snapshot_at(0) == Snapshot.build(
         (r.vrp for r in recs), (a for a, _ in aspas), (k for k, _ in keys)
     )
+
+
+#: Entries of the typed shape (str prefix, int asn and expires) that the parse must refuse.
+BAD_TYPED = [
+    {"prefix": "192.0.2.1/24", "asn": 64496, "expires": 1},  # host bits set
+    {"prefix": "192.0.2.0/24", "asn": 64496, "expires": 1, "maxLength": 23},  # below length
+    {"prefix": "192.0.2.0/24", "asn": 64496, "expires": 1, "maxLength": 33},  # above 32
+    {"prefix": "192.0.2.0/33", "asn": 64496, "expires": 1},
+    {"prefix": "192.0.2.0", "asn": 64496, "expires": 1},
+    {"prefix": "192.0.2.300/24", "asn": 64496, "expires": 1},
+    {"prefix": "2001:db8::/129", "asn": 64496, "expires": 1},
+    {"prefix": "192.0.2.0/24", "asn": 2**32, "expires": 1},
+    {"prefix": "192.0.2.0/24", "asn": -1, "expires": 1},
+    {"prefix": "192.0.2.0/24", "asn": 64496, "expires": 1, "maxLength": -1},
+]
+
+
+@SETTINGS
+@given(records(), st.sampled_from(BAD_TYPED), st.integers(0, 20))
+def test_a_bad_entry_is_refused_with_the_message_of_the_general_read(
+    recs: list[Record], bad: dict[str, Any], at: int
+) -> None:
+    """The typed read takes no entry the general read refuses, and the error is the same."""
+    roas = [r.entry for r in recs]
+    roas.insert(min(at, len(roas)), bad)
+    text = json.dumps({"roas": roas})
+    try:
+        parse_export(text)
+    except FormatError as exc:
+        typed_error = str(exc)
+    else:
+        raise AssertionError(f"{bad} was accepted")
+    with (
+        mock.patch("upstream.json_format.decode_typed", return_value=None),
+        pytest.raises(FormatError) as general,
+    ):
+        parse_export(text)
+    assert str(general.value) == typed_error
+    assert f"roas[{min(at, len(roas) - 1)}]" in typed_error
+
+
+def test_the_real_table_takes_the_typed_read() -> None:
+    """rpki-client's export is of the typed shape: no fall-back read, same payload."""
+    real = DATA / "rpkilog" / "rpkiclient_summary_20250720T093135Z.json.bz2"
+    data = bz2.decompress(real.read_bytes())
+    with mock.patch.object(json_format, "_hooked", wraps=json_format._hooked) as hooked:
+        typed = parse_export(data)
+    assert hooked.call_count == 1  # the small rest only
+    assert len(hooked.call_args.args[0]) < 100_000
+    with mock.patch("upstream.json_format.decode_typed", return_value=None):
+        assert parse_export(data) == typed
+    counts = typed.counts()
+    assert counts["vrp_v4"] + counts["vrp_v6"] > 700_000
