@@ -92,6 +92,29 @@ class _AspaAt:
 _SECTION_AFI: Final = {"provider_authorizations.ipv4": 1, "provider_authorizations.ipv6": 2}
 
 
+def _packed_key(prefix: str, asn: int, max_length: object) -> bytes | None:
+    """The packed key of a VRP of the common shape (``max_length`` an int or `UNSET`).
+
+    None when it is not valid that way: the general read then names what is wrong.
+    """
+    address, _, length_text = prefix.partition("/")
+    length = _LENGTHS.get(length_text)
+    if length is None:
+        return None
+    if max_length is UNSET:
+        max_length = length
+    if type(max_length) is not int or not 0 <= length <= max_length or asn >> 32 or asn < 0:
+        return None
+    try:
+        raw = _INET_PTON(_AF_INET6 if ":" in address else _AF_INET, address)
+    except OSError:
+        return None
+    bits = len(raw) * 8
+    if max_length > bits or int.from_bytes(raw) & ((1 << (bits - length)) - 1):
+        return None
+    return raw + _LENGTH_PAIRS[max_length][length] + asn.to_bytes(4)
+
+
 class _Collector:
     """Receives entries (from the hook or the slow path) and keeps them compactly."""
 
@@ -167,34 +190,16 @@ class _Collector:
         """Pack every typed entry (`upstream.json_typed`), emptying ``roas``.
 
         False at the first entry that needs a look: the caller then reads the document the
-        general way. `add_packed` inlined, with its names bound locally: this loop is the
-        parse's hot path.
+        general way. The structs are taken from the end, each freed once packed (the order
+        is immaterial).
         """
-        lengths, pairs, pton, vrps = _LENGTHS, _LENGTH_PAIRS, _INET_PTON, self.vrps
-        v4, v6, unset, again = _AF_INET, _AF_INET6, UNSET, self._vrp
-        from_bytes = int.from_bytes
+        vrps, again, packed, pop = self.vrps, self._vrp, _packed_key, roas.pop
         count = len(roas)
-        pop = roas.pop
-        while roas:  # from the end, each struct freed as it is packed (the order is immaterial)
+        while roas:
             roa = pop()
-            address, _, length_text = roa.prefix.partition("/")
-            length = lengths.get(length_text)
-            if length is None:
+            key = packed(roa.prefix, roa.asn, roa.maxLength)
+            if key is None:
                 return False
-            max_length = roa.maxLength
-            if max_length is unset:
-                max_length = length
-            asn = roa.asn
-            if not 0 <= length <= max_length or asn >> 32 or asn < 0:
-                return False
-            try:
-                raw = pton(v6 if ":" in address else v4, address)
-            except OSError:
-                return False
-            bits = len(raw) * 8
-            if max_length > bits or from_bytes(raw) & ((1 << (bits - length)) - 1):
-                return False
-            key = raw + pairs[max_length][length] + asn.to_bytes(4)
             if key in vrps:
                 again(key, roa.expires)
             else:
@@ -204,22 +209,9 @@ class _Collector:
 
     def add_packed(self, prefix: str, asn: int, max_length: object, expires: int) -> bool:
         """A VRP of the common shape, valid; False (and nothing added) otherwise."""
-        address, _, length_text = prefix.partition("/")
-        length = _LENGTHS.get(length_text)
-        if length is None:
+        key = _packed_key(prefix, asn, max_length)
+        if key is None:
             return False
-        if max_length is UNSET:
-            max_length = length
-        if type(max_length) is not int or not 0 <= length <= max_length or asn >> 32 or asn < 0:
-            return False
-        try:
-            raw = _INET_PTON(_AF_INET6 if ":" in address else _AF_INET, address)
-        except OSError:
-            return False
-        bits = len(raw) * 8
-        if max_length > bits or int.from_bytes(raw, "big") & ((1 << (bits - length)) - 1):
-            return False
-        key = raw + _LENGTH_PAIRS[max_length][length] + asn.to_bytes(4, "big")
         self.counts["vrp"] += 1
         vrps = self.vrps
         if key in vrps:
