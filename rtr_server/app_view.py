@@ -31,6 +31,7 @@ def source_views(client: Client | None) -> tuple[SourceView, ...]:
                 bytes_read=st.bytes_read,
                 errors=dict(st.errors),
                 syncs=st.syncs,
+                watching=st.watching,
             )
         )
     return tuple(out)

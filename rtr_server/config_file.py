@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import tomllib
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -114,12 +114,13 @@ SOURCE_KEYS: dict[str, type | tuple[type, ...]] = {
     "total_timeout": (int, float),
     "retry_initial": (int, float),
     "retry_max": (int, float),
+    "watch": bool,
 }
 _COMMON = {"name", "url", "group", "poll_interval"}
 _RETRY = {"connect_timeout", "retry_initial", "retry_max"}
 #: The keys each kind of source understands (by URL scheme; "" is a file path).
 KEYS_BY_KIND: dict[str, set[str]] = {
-    "": _COMMON | {"max_bytes"},
+    "": _COMMON | {"max_bytes", "watch"},
     "http": _COMMON | _RETRY | {"headers", "ca_file", "max_bytes", "read_timeout", "total_timeout"},
     "rtr": (_COMMON - {"poll_interval"}) | _RETRY | {"max_version"},
 }
@@ -236,6 +237,8 @@ def parse_config(text: str, *, origin: str = "config") -> FileConfig:
                 *(table.get(key) for key in timing),
             )
         )
+        if "watch" in table:
+            sources[-1] = replace(sources[-1], watch=table["watch"])
     names = [s.name for s in sources]
     for i, name in enumerate(names):
         if names.index(name) != i:

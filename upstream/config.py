@@ -49,6 +49,8 @@ class SourceConfig:
     total_timeout: float | None = None
     retry_initial: float | None = None
     retry_max: float | None = None
+    #: File sources: watch the export's directory for changes besides polling (None: yes).
+    watch: bool | None = None
 
     def __repr__(self) -> str:
         # Header values may be secrets: never show them.
@@ -231,7 +233,7 @@ def make_source(source: SourceConfig, config: ClientConfig, clock: TimeKeeper) -
         poll_interval=poll,
         max_aspa_providers=config.max_aspa_providers,
         clock=clock,
-        **_given(source, "max_bytes"),
+        **_given(source, "max_bytes", "watch"),
     )
 
 

@@ -1,11 +1,13 @@
-"""A local JSON export polled for changes (size, mtime, then content hash), parsed off the loop.
+"""A local JSON export watched and polled for changes (size, mtime, content hash), parsed off-loop.
 
 A file that does not exist yet is not an error: the source waits for it. A file whose content is
 invalid is rejected with the reason and the previous payload stays in force; the same bytes are
 not parsed again. Identical content (even with a new mtime) delivers nothing and refreshes
 nothing. An export whose stated build time lies beyond the raw wall clock plus the clock
 tolerance is held back (class ``time``) and admitted once the wall clock allows it. The source
-can refresh (`FileSource.refreshing`) while its last look found a readable, valid file.
+can refresh (`FileSource.refreshing`) while its last look found a readable, valid file. With
+``watch`` (the default) the export's directory is watched too (`upstream.file_watch`): a write or
+a rename onto the export is looked at at once, and the poll interval is only the safety net.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ import anyio
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from upstream.clock import Clock
 from upstream.decompress import decompress
+from upstream.file_watch import watch_file
 from upstream.format_error import FormatError
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS, parse_export
 from upstream.payload import SourcePayload
@@ -90,6 +93,7 @@ class FileSource(HoldsExports):
         max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS,
         clock: Clock | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        watch: bool = True,
     ) -> None:
         """Configure; touches no file (that happens in `run`)."""
         if poll_interval <= 0:
@@ -101,6 +105,8 @@ class FileSource(HoldsExports):
         #: Largest export accepted, compressed and decompressed (a decompression bomb is
         #: rejected like any malformed update).
         self.max_bytes = max_bytes
+        #: Watch the export's directory for changes besides polling.
+        self.watch = watch
         self.keeper = as_keeper(clock)
         self.clock: Clock = self.keeper
         self.status = SourceStatus(self.name, self.kind, str(path))
@@ -118,10 +124,27 @@ class FileSource(HoldsExports):
         """Nothing to do: a file's data is not distrusted by clock jumps (see ``online``)."""
 
     async def run(self, sink: DeliverySink) -> None:
-        """Poll forever (until cancelled), calling ``sink`` with each new delivery."""
-        while True:
-            await self.check(sink)
-            await anyio.sleep(self.poll_interval)
+        """Look forever (until cancelled), calling ``sink`` with each new delivery.
+
+        A look happens every ``poll_interval`` seconds and, with ``watch``, as soon as the
+        export's directory reports a change to the export.
+        """
+        if not self.watch:
+            while True:
+                await self.check(sink)
+                await anyio.sleep(self.poll_interval)
+        woken = anyio.Event()
+
+        def wake() -> None:
+            woken.set()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_file, self.path, self.status, wake, self.poll_interval)
+            while True:
+                await self.check(sink)
+                with anyio.move_on_after(self.poll_interval):
+                    await woken.wait()
+                woken = anyio.Event()
 
     async def check(self, sink: DeliverySink) -> bool:
         """One poll; True when a new payload was delivered."""

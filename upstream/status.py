@@ -54,6 +54,9 @@ class SourceStatus:
     records: dict[str, int] = field(default_factory=dict)
     #: For sources that hold a connection (RTR): whether it is up now; None for pollers.
     connected: bool | None = None
+    #: For file sources: whether the export's directory is watched for changes (False: polling
+    #: only, the watch could not be set up); None for other sources.
+    watching: bool | None = None
     bytes_read: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     #: True once the first attempt (success, missing or failure) has finished.

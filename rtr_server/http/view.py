@@ -120,6 +120,8 @@ class SourceView:
     bytes_read: int
     errors: dict[str, int]
     syncs: int
+    #: File sources: whether the export's directory is watched (False: polling only).
+    watching: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)

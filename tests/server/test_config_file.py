@@ -11,7 +11,8 @@ from rtr_server.cli_args import build_parser
 from rtr_server.cli_config import apply_config_file, config_from_args
 from rtr_server.config_file import ConfigError, parse_config
 from tests.server.test_cli import PYTHON_M, run_cli
-from upstream.config import GroupConfig, SourceConfig
+from upstream.config import ClientConfig, GroupConfig, SourceConfig, make_source
+from upstream.timekeeper import as_keeper
 
 GOOD = """
 [server]
@@ -103,11 +104,21 @@ def test_good_file_parses() -> None:
         ("[[sources]]\nurl='rtr://h'\nread_timeout=1", "sources[0].read_timeout: not an option"),
         ("[[sources]]\nurl='https://h/x'\nmax_version=1", "sources[0].max_version: not an"),
         ("[[sources]]\nurl='rtr://h'\nretry_max=0", "sources[0].retry_max: must be positive"),
+        ("[[sources]]\nurl='https://h/x'\nwatch=false", "sources[0].watch: not an option of http"),
+        ("[[sources]]\nurl='x'\nwatch='no'", "sources[0].watch: "),
     ],
 )
 def test_errors_name_the_key_path(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message.replace("[", r"\[").replace("]", r"\]")):
         parse_config(text)
+
+
+def test_a_file_source_can_leave_watching_off() -> None:
+    config = parse_config("[[sources]]\nurl='a.json'\nwatch=false\n[[sources]]\nurl='b.json'")
+    assert [s.watch for s in config.sources] == [False, None]
+    client = ClientConfig(sources=config.sources)
+    sources = [make_source(s, client, as_keeper(None)) for s in config.sources]
+    assert [getattr(s, "watch", None) for s in sources] == [False, True]
 
 
 def test_command_line_overrides_the_file(tmp_path: Path) -> None:
