@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", type=Path, help="the scaled table (rpki-client JSON)")
     parser.add_argument("--source", type=Path, default=REAL, help="the real export to scale")
     parser.add_argument("--vrps", type=int, default=1_000_000)
-    parser.add_argument("--aspas", type=int, default=3_000)
+    parser.add_argument("--aspas", type=int, default=3_000, help="-1: the real ones as they are")
     parser.add_argument("--next", type=Path, help="also write the table a little later here")
     parser.add_argument("--add", type=int, default=9, help="VRPs announced in --next")
     parser.add_argument("--remove", type=int, default=6, help="VRPs withdrawn in --next")
@@ -191,7 +191,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     began = time.monotonic()
     with _open(args.source) as f:
-        table = scale(json.load(f), args.vrps, args.aspas)
+        real = json.load(f)
+    aspas = len(real.get("aspas") or []) if args.aspas < 0 else args.aspas
+    table = scale(real, args.vrps, aspas)
+    del real
     if args.shift_to_now:
         table = shift_to(table, int(time.time()))
     write(table, args.out)

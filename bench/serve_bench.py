@@ -8,10 +8,17 @@ shift_times.py, since StayRTR drops expired entries) and the same client, in the
 * peak RSS of the server process (VmHWM);
 * rtr-serve only: memory per idle session (1,000 connections that asked a Serial Query at the
   current serial, got their empty answer, and stay: negotiated, holding no reply), measured
-  over a second 1,000 after a first unmeasured 1,000.
+  over a second 1,000 after a first unmeasured 1,000;
+* propagation: ``--routers`` (300) synced routers, the export replaced by its successor
+  (``bench/gen_table.py --next``: 9 VRPs added, 6 withdrawn), until every router has read the
+  new serial (`bench.propagation`); both servers look at the file every second (``--poll-interval
+  1``, StayRTR ``-refresh 1``), rtr-serve also watches it (inotify);
+* rtr-serve only: recovery, ``--state`` on SQLite and DuckDB (``bench/state_bench.py``): process
+  start until a Reset Query returns the table, the export gone (StayRTR keeps no state: its
+  figure to compare is its start).
 
     .venv/bin/python bench/serve_bench.py [--data DIR] [--skip-stayrtr] [--idle 1000]
-        [--vrps N --aspas M]
+        [--routers 300] [--no-recovery] [--vrps N --aspas M]
 
 ``--vrps N`` serves a table scaled by ``bench/gen_table.py`` (the real one's shapes, N VRPs and
 M ASPAs, times shifted to now) instead of the real table.
@@ -35,6 +42,9 @@ from pathlib import Path
 
 import anyio
 from anyio.abc import SocketStream
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench.propagation import propagation
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
@@ -104,6 +114,8 @@ class Result:
     concurrent: dict[int, float] = field(default_factory=dict)
     peak_rss_mib: float = 0.0
     idle_kib_per_session: float | None = None
+    propagation: float | None = None
+    recovery: dict[str, float] = field(default_factory=dict)
 
 
 def rss_kib(pid: int, key: str = "VmRSS") -> int:
@@ -129,10 +141,20 @@ async def wait_serving(port: int, deadline: float, expected: int) -> bytes:
     raise TimeoutError("server did not serve the full table in time")
 
 
-async def measure(
-    name: str, start: Callable[[int], subprocess.Popen[bytes]], idle: int, expected: int
-) -> Result:
+@dataclass(frozen=True)
+class Plan:
+    """What to measure on each server."""
+
+    expected: int
+    idle: int
+    routers: int
+    #: Replaces the served export by its successor (for the propagation).
+    swap: Callable[[], None]
+
+
+async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], plan: Plan) -> Result:
     """Start one server and measure it."""
+    expected, idle = plan.expected, plan.idle
     result = Result(name)
     port = free_port()
     t0 = time.monotonic()
@@ -160,6 +182,9 @@ async def measure(
                 for _ in range(n):
                     tg.start_soon(dump, port)
             result.concurrent[n] = time.monotonic() - t
+        if plan.routers:
+            serial = int.from_bytes(data[-16:-12], "big")
+            result.propagation = await propagation(port, plan.routers, data[2:4], serial, plan.swap)
         result.peak_rss_mib = rss_kib(proc.pid, "VmHWM") / 1024
     finally:
         proc.terminate()
@@ -229,20 +254,32 @@ def main() -> int:
     parser.add_argument("--idle", type=int, default=1000, help="idle sessions to open (0: skip)")
     parser.add_argument("--vrps", type=int, help="serve a table scaled to this many VRPs")
     parser.add_argument("--aspas", type=int, default=3000, help="ASPAs of the scaled table")
+    parser.add_argument("--routers", type=int, default=300, help="synced routers (0: skip)")
+    parser.add_argument("--no-recovery", action="store_true", help="skip the --state recovery")
     args = parser.parse_args()
     _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     tmp = Path(tempfile.mkdtemp(prefix="rtr-bench-"))
     current = tmp / "current.json"
+    first, successor = tmp / "first.json", tmp / "next.json"
     expected = EXPECTED_VRPS if args.vrps is None else args.vrps
-    if args.vrps is None:
-        make = [str(ROOT.parent / "shared/tools/shift_times.py"), str(args.data / TABLE)]
-        make.append(str(current))
-    else:
-        make = [str(ROOT / "bench/gen_table.py"), str(current), "--shift-to-now"]
-        make += ["--vrps", str(args.vrps), "--aspas", str(args.aspas)]
-        make += ["--source", str(args.data / TABLE)]
+    # The real table is the scale of itself (every entry kept); --next makes its successor.
+    aspas = args.aspas if args.vrps is not None else -1
+    make = [str(ROOT / "bench/gen_table.py"), str(first), "--shift-to-now", "--next"]
+    make += [str(successor), "--vrps", str(expected), "--aspas", str(aspas)]
+    make += ["--source", str(args.data / TABLE)]
     subprocess.run([sys.executable, *make], check=True)
+
+    def fresh() -> None:
+        """The first table served again (each server starts on it)."""
+        shutil.copyfile(first, tmp / "current.part")
+        (tmp / "current.part").replace(current)
+
+    def swap() -> None:
+        shutil.copyfile(successor, tmp / "next.part")
+        (tmp / "next.part").replace(current)
+
+    plan = Plan(expected, args.idle, args.routers, swap)
 
     def start_ours(port: int) -> subprocess.Popen[bytes]:
         exe = Path(sys.executable).with_name("rtr-serve")
@@ -255,6 +292,8 @@ def main() -> int:
                 f"127.0.0.1:{port}",
                 "--log-level",
                 "warning",
+                "--poll-interval",
+                "1",
                 # All bench clients come from 127.0.0.1.
                 "--max-per-ip",
                 "5000",
@@ -272,6 +311,8 @@ def main() -> int:
                 f"127.0.0.1:{port}",
                 "-cache",
                 str(current),
+                "-refresh",
+                "1",
                 "-metrics.addr",
                 f"127.0.0.1:{free_port()}",
                 "-protocol",
@@ -284,13 +325,28 @@ def main() -> int:
             stderr=subprocess.DEVNULL,
         )
 
-    results = [anyio.run(measure, "rtr-serve", start_ours, args.idle, expected)]
+    fresh()
+    results = [anyio.run(measure, "rtr-serve", start_ours, plan)]
+    if not args.no_recovery:
+        from bench.state_bench import recovery_of
+
+        for backend in ("sqlite", "duckdb"):
+            fresh()
+            results[0].recovery[backend] = anyio.run(recovery_of, current, backend, tmp, expected)
     if not args.skip_stayrtr:
         if shutil.which("stayrtr") is None:
             print("stayrtr not installed (apt-get install stayrtr)")
             return 2
-        results.append(anyio.run(measure, "stayrtr", start_stayrtr, 0, expected))
+        fresh()
+        theirs_plan = Plan(expected, 0, args.routers, swap)
+        results.append(anyio.run(measure, "stayrtr", start_stayrtr, theirs_plan))
     shutil.rmtree(tmp, ignore_errors=True)
+    report(results, args.idle)
+    return 0
+
+
+def report(results: list[Result], idle: int) -> None:
+    """Print the table and the ratios."""
     print(
         f"\n{'server':<10} {'start s':>8} {'1 dump s':>9} {'10 dumps s':>11} {'50 dumps s':>11} {'peak RSS MiB':>13}"
     )
@@ -302,19 +358,31 @@ def main() -> int:
     ours = results[0]
     if ours.idle_kib_per_session is not None:
         print(
-            f"rtr-serve idle session memory: {ours.idle_kib_per_session:.1f} KiB each ({args.idle} sessions)"
+            f"rtr-serve idle session memory: {ours.idle_kib_per_session:.1f} KiB each ({idle} sessions)"
         )
+    for r in results:
+        if r.propagation is not None:
+            print(f"{r.name} propagation to every synced router: {r.propagation:.2f} s")
+    for backend, seconds in ours.recovery.items():
+        print(f"rtr-serve recovery from --state {backend}: {seconds:.2f} s to the full table")
     if len(results) == 2:
         theirs = results[1]
         print(
-            "\nratios rtr-serve / stayrtr (targets: 50-router <= 0.1, one dump <= 0.3, start <= 0.7, RSS <= 0.5)"
+            "\nratios rtr-serve / stayrtr (issue 16 goals: start <= 0.2, propagation <= 0.07, RSS <= 0.1,"
+            " 50-router <= 0.01)"
         )
         print(f"  50-router fan-out {ours.concurrent[50] / theirs.concurrent[50]:.3f}")
         print(f"  10-router fan-out {ours.concurrent[10] / theirs.concurrent[10]:.3f}")
         print(f"  one dump          {ours.one_dump / theirs.one_dump:.3f}")
         print(f"  start-to-serving  {ours.start_to_serving / theirs.start_to_serving:.3f}")
         print(f"  peak RSS          {ours.peak_rss_mib / theirs.peak_rss_mib:.3f}")
-    return 0
+        if ours.propagation is not None and theirs.propagation:
+            print(f"  propagation       {ours.propagation / theirs.propagation:.3f}")
+        for backend, seconds in ours.recovery.items():
+            print(
+                f"  recovery {backend:<8} {seconds / theirs.start_to_serving:.3f}"
+                " (against StayRTR's start: it keeps no state)"
+            )
 
 
 if __name__ == "__main__":

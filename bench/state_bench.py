@@ -87,7 +87,18 @@ async def persist(source: Path, location: StateLocation) -> dict[str, float]:
     return out
 
 
-async def recover(source: Path, location: StateLocation) -> dict[str, float]:
+async def recovery_of(source: Path, backend: str, where: Path, expected: int) -> float:
+    """Persist ``source`` in a new ``backend`` state under ``where``, remove ``source``, then
+    the seconds from spawning ``rtr-serve --state`` until it served the whole table."""
+    location = StateLocation(backend, where / f"recovery.{backend}")
+    await persist(source, location)
+    await anyio.Path(source).unlink()
+    return (await recover(source, location, expected))["spawn to full table"]
+
+
+async def recover(
+    source: Path, location: StateLocation, expected: int = EXPECTED_VRPS
+) -> dict[str, float]:
     """Spawn ``rtr-serve --state`` (source gone) and time it until a full v1 table."""
     port = free_port()
     started = time.perf_counter()
@@ -116,7 +127,7 @@ async def recover(source: Path, location: StateLocation) -> dict[str, float]:
         elapsed = time.perf_counter() - started
         counts = count_pdus(data)
         vrps = counts.get(4, 0) + counts.get(6, 0)
-        assert vrps == EXPECTED_VRPS, vrps
+        assert vrps == expected, vrps
     finally:
         proc.terminate()
         _, err = proc.communicate(timeout=30)

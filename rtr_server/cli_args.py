@@ -271,8 +271,8 @@ def build_parser() -> OptionParser:
         type=_non_negative_float,
         default=60.0,
         metavar="S",
-        help="at most one Serial Notify round per S seconds (default 60, as RFC 8210 asks; "
-        "0 for labs)",
+        help="at most one Serial Notify per session per S seconds (default 60, as RFC 8210 "
+        "asks; 0 for labs); a session not notified within S is notified at once",
     )
     p.option(
         rtr,

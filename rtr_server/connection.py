@@ -76,6 +76,7 @@ class RtrConnection:
         "_receive_scope",
         "close_detail",
         "close_reason",
+        "notified_at",
         "peer",
         "server",
         "session",
@@ -111,6 +112,8 @@ class RtrConnection:
         self.close_reason = CloseReason.UNKNOWN
         self.close_detail = "unknown"
         self._notify_wanted = False
+        #: When this session was last sent a Serial Notify (event-loop time; -inf: never).
+        self.notified_at = -math.inf
         self._receive_scope: anyio.CancelScope | None = None
         #: False while a write is cut short mid-PDU: nothing more may be sent then.
         self._aligned = True
@@ -263,6 +266,7 @@ class RtrConnection:
             return
         data = self.session.serial_notify(state)
         if data is not None:
+            self.notified_at = anyio.current_time()
             self.stats.notifies += 1
             self.server.stats.notifies += 1
             await self._write(data)

@@ -408,18 +408,37 @@ class RtrServer:
             _log_close(connection, anyio.current_time() - started)
 
     async def _notifier(self) -> None:
-        last_round = -math.inf
+        """Serial Notify after each publish, at most once per ``notify_interval`` per session.
+
+        A session not notified within the interval is notified at once; one notified less than
+        an interval ago is notified when its interval ends (publishes in between are announced
+        together). A connection gone meanwhile is dropped from the pending set.
+        """
         assert self._published is not None
+        interval = self.settings.notify_interval
+        pending: set[RtrConnection] = set()
+        next_due = math.inf
         while True:
-            await self._published.wait()
-            wait = last_round + self.settings.notify_interval - anyio.current_time()
-            if wait > 0:
-                await anyio.sleep(wait)
-            self._published = anyio.Event()
-            last_round = anyio.current_time()
-            self.stats.notify_rounds += 1
-            for connection in list(self.connections):
-                connection.request_notify()
+            with anyio.move_on_after(next_due - anyio.current_time()):
+                await self._published.wait()
+            if self._published.is_set():
+                self._published = anyio.Event()
+                pending |= self.connections
+            now = anyio.current_time()
+            next_due = math.inf
+            requested = False
+            for connection in list(pending):
+                due = connection.notified_at + interval
+                if connection not in self.connections:
+                    pending.discard(connection)
+                elif due <= now:
+                    pending.discard(connection)
+                    connection.request_notify()
+                    requested = True
+                else:
+                    next_due = min(next_due, due)
+            if requested:
+                self.stats.notify_rounds += 1
 
 
 def _keys_text(spec: ListenAddress) -> str:

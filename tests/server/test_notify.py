@@ -145,3 +145,35 @@ async def test_notify_waits_for_a_stalled_response_to_end() -> None:
         assert isinstance(delta, Response)
         assert delta.payload == [Ipv4Prefix(1, 1, 24, 24, 0, 64496)]
         assert delta.end_of_data.serial == second.serial.value
+
+
+async def test_the_notify_interval_is_kept_per_session(tmp_path: Path) -> None:
+    """A session notified less than ``notify_interval`` ago waits for its interval to end; a
+    session never notified (or notified long ago) is notified at once, after the same publish."""
+    interval = 1.5
+    path = tmp_path / "export.json"
+    write_export(path, base_export())
+    async with running_app(app_config(path, notify_interval=interval)) as app:
+        port = port_of(app)
+        async with await RtrClient.connect(port) as early:
+            await early.reset(1)
+            await wait_until(lambda: len(app.server.connections) == 1, what="one connection")
+            first = await publish_and_wait(app, path, updated_export())
+            notify = await early.receive_pdu(within=1.0)  # never notified: at once
+            assert isinstance(notify, SerialNotify)
+            assert notify.serial == first
+            notified = anyio.current_time()
+            async with await RtrClient.connect(port) as late:
+                response = await late.reset(1)
+                assert response.end_of_data.serial == first
+                second = await publish_and_wait(app, path, base_export())
+                published = anyio.current_time()
+                notify = await late.receive_pdu(within=1.0)  # its first notify: at once
+                assert isinstance(notify, SerialNotify)
+                assert notify.serial == second
+                assert anyio.current_time() - published < 1.0
+                # The early session waits until its interval since the last notify ends.
+                notify = await early.receive_pdu(within=interval + 2.0)
+                assert isinstance(notify, SerialNotify)
+                assert notify.serial == second
+                assert anyio.current_time() - notified >= interval - 0.05
