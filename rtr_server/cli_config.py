@@ -248,7 +248,9 @@ def check_config(path: Path) -> int:
             f"  ssh: host key {ssh.host_key}, authorized keys {ssh.authorized_keys or 'none'}, "
             f"{len(ssh.users)} password users, users "
             + (", ".join(ssh.allow_users) if ssh.allow_users else "any")
-            + f"; login timeout {ssh.login_timeout:g} s\n"
+            + f"; login timeout {ssh.login_timeout:g} s"
+            + (f"; key exchange {', '.join(ssh.kex_algorithms)}" if ssh.kex_algorithms else "")
+            + "\n"
         )
     if config.http is not None:
         out.write(f"  http: {config.http.listen}\n")

@@ -136,6 +136,7 @@ class SshService:
             spec.port,
             server_factory=lambda: _Router(self, spec, name[0]),
             server_host_keys=[self.host_key],
+            kex_algs=list(self.settings.kex_algorithms) if self.settings.kex_algorithms else (),
             encoding=None,
             login_timeout=self.settings.login_timeout,
             agent_forwarding=False,
