@@ -129,9 +129,16 @@ def add_ssh_options(parser: Any) -> None:
 
 
 def ssh_settings(
-    args: argparse.Namespace, listen: Sequence[ListenAddress], users: Sequence[SshUser]
+    args: argparse.Namespace,
+    listen: Sequence[ListenAddress],
+    users: Sequence[SshUser],
+    *,
+    activated: bool = False,
 ) -> SshSettings | None:
-    """The checked SSH settings (None without SSH listeners); raises ValueError, one line."""
+    """The checked SSH settings (None without SSH listeners); raises ValueError, one line.
+
+    ``activated``: systemd passed an ``rtr-ssh`` socket (it needs the same settings).
+    """
     config = args.config is not None
 
     def name(key: str) -> str:
@@ -140,10 +147,11 @@ def ssh_settings(
     kex = None
     if args.ssh_kex_algorithms is not None:
         kex = kex_algorithms(args.ssh_kex_algorithms, name("ssh_kex_algorithms"))
-    if not any(a.ssh for a in listen):
+    if not activated and not any(a.ssh for a in listen):
         return None
     if args.ssh_host_key is None:
-        raise ValueError(f"SSH listeners need {name('ssh_host_key')}")
+        what = "an rtr-ssh socket from systemd needs" if activated else "SSH listeners need"
+        raise ValueError(f"{what} {name('ssh_host_key')}")
     if getattr(args, "async_backend", "asyncio") != "asyncio":
         raise ValueError(
             "SSH listeners need the asyncio backend (asyncssh runs on asyncio only); "
