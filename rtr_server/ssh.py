@@ -45,6 +45,11 @@ log = logging.getLogger(__name__)
 PASSWORD_CHECKS = 2
 #: How often connections are checked against their login deadline (seconds).
 LOGIN_SWEEP = 0.5
+#: A keepalive goes out after this many seconds without a packet from the router (three
+#: unanswered close the connection). Short because BIRD 2.0.12 (libssh) leaves the end of a
+#: large answer in libssh's buffer until another packet arrives: its full table over SSH
+#: completes only when the keepalive comes (interop-tests/test_ssh.py; README "RTR over SSH").
+KEEPALIVE_INTERVAL = 5.0
 
 
 class SshConfigError(ValueError):
@@ -171,7 +176,7 @@ class SshService:
             agent_forwarding=False,
             x11_forwarding=False,
             allow_scp=False,
-            keepalive_interval=60,
+            keepalive_interval=KEEPALIVE_INTERVAL,
             keepalive_count_max=3,
             reuse_address=sock is None,
         )
