@@ -57,7 +57,12 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
     listen = listen_addresses(args, file_config)
     inherited = activated_sockets()
     tls = tls_files(args, listen)
-    ssh = ssh_settings(args, listen, file_config.ssh_users if file_config else ())
+    ssh = ssh_settings(
+        args,
+        listen,
+        file_config.ssh_users if file_config else (),
+        activated=any(s.name == "rtr-ssh" for s in inherited),
+    )
     settings = ServerSettings(
         listen=listen,
         timers=timers,
@@ -135,15 +140,7 @@ def listen_addresses(
 
 def activated_sockets() -> tuple[InheritedSocket, ...]:
     """The sockets systemd passed (`rtr_server.socket_activation`); raises ValueError."""
-    inherited = inherited_sockets()
-    for passed in inherited:
-        if passed.name == "rtr-ssh":
-            raise ValueError(
-                f"socket activation: descriptor {passed.fd} is named 'rtr-ssh', but SSH "
-                "listeners cannot take a socket from systemd yet: remove that socket from the "
-                ".socket unit and use --listen-ssh"
-            )
-    return inherited
+    return inherited_sockets()
 
 
 def tls_files(args: argparse.Namespace, listen: tuple[ListenAddress, ...]) -> TlsFiles | None:
@@ -248,7 +245,9 @@ def check_config(path: Path) -> int:
             f"  ssh: host key {ssh.host_key}, authorized keys {ssh.authorized_keys or 'none'}, "
             f"{len(ssh.users)} password users, users "
             + (", ".join(ssh.allow_users) if ssh.allow_users else "any")
-            + f"; login timeout {ssh.login_timeout:g} s\n"
+            + f"; login timeout {ssh.login_timeout:g} s"
+            + (f"; key exchange {', '.join(ssh.kex_algorithms)}" if ssh.kex_algorithms else "")
+            + "\n"
         )
     if config.http is not None:
         out.write(f"  http: {config.http.listen}\n")

@@ -1,8 +1,9 @@
 """The SSH options of ``rtr-serve``, their check into `SshSettings`, and ``rtr-serve ssh-password``.
 
 `add_ssh_options` adds ``--listen-ssh``, ``--ssh-host-key``, ``--ssh-authorized-keys``,
-``--ssh-allow-user`` and ``--ssh-login-timeout`` to the parser; `ssh_settings` checks them
-(key files read once, the asyncio backend required) and raises ValueError with one line.
+``--ssh-allow-user``, ``--ssh-login-timeout`` and ``--ssh-kex-algorithms`` to the parser;
+`ssh_settings` checks them (key files read once, algorithm names against asyncssh's,
+the asyncio backend required) and raises ValueError with one line.
 Password users exist only in the configuration file (``[[ssh_users]]``, scrypt hashes made by
 ``rtr-serve ssh-password``).
 """
@@ -16,11 +17,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import asyncssh
+from asyncssh import kex as asyncssh_kex
+
 from rtr_server.settings import ListenAddress
 from rtr_server.ssh import load_ssh_keys
 from rtr_server.ssh_settings import SshSettings, SshUser, hash_password
 
-__all__ = ["add_ssh_options", "password_main", "ssh_settings"]
+__all__ = ["KEX_WHY", "add_ssh_options", "kex_algorithms", "password_main", "ssh_settings"]
+
+#: Why Debian 12's RTRlib routers need --ssh-kex-algorithms (README "Transports").
+KEX_WHY = (
+    "FRR's libfrr exports its own SHA256_Init/Update/Final, which take the place of OpenSSL's "
+    "inside bgpd, so every SHA-256 libssh computes there is wrong: the SHA-256 key exchanges "
+    "(curve25519-sha256, ecdh-sha2-nistp256, diffie-hellman-group14-sha256) derive wrong keys "
+    "and the first encrypted packet fails (asyncssh: 'Max packet size exceeded'); the "
+    "SHA-384/512 ones (ecdh-sha2-nistp384, -nistp521) work, with ed25519 host and router keys "
+    "(signed with SHA-512)"
+)
 
 
 def _positive(text: str) -> float:
@@ -31,6 +45,25 @@ def _positive(text: str) -> float:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"must be positive, got {text}")
     return value
+
+
+def _name_list(text: str) -> tuple[str, ...]:
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def kex_algorithms(names: Sequence[str], option: str) -> tuple[str, ...]:
+    """``names`` checked against asyncssh's key exchange algorithms; ValueError, one line."""
+    if not names:
+        raise ValueError(f"{option}: no key exchange algorithm given")
+    known = {alg.decode("ascii") for alg in asyncssh_kex.get_kex_algs()}
+    for name in names:
+        if name not in known:
+            raise ValueError(
+                f"{option}: unknown SSH key exchange algorithm {name!r} (asyncssh "
+                f"{asyncssh.__version__} knows {len(known)}, e.g. curve25519-sha256, "
+                "ecdh-sha2-nistp256, ecdh-sha2-nistp384, diffie-hellman-group14-sha256)"
+            )
+    return tuple(names)
 
 
 def add_ssh_options(parser: Any) -> None:
@@ -84,21 +117,41 @@ def add_ssh_options(parser: Any) -> None:
         help="close an SSH connection not logged in with the rpki-rtr subsystem open within "
         "S seconds (default 30)",
     )
+    parser.option(
+        ssh,
+        "--ssh-kex-algorithms",
+        type=_name_list,
+        metavar="LIST",
+        help="comma-separated key exchange algorithms to offer, e.g. ecdh-sha2-nistp384 "
+        "(default: asyncssh's list). FRR 8.4 (Debian 12, RTRlib 0.8 with libssh 0.10) "
+        "needs ecdh-sha2-nistp384: " + KEX_WHY,
+    )
 
 
 def ssh_settings(
-    args: argparse.Namespace, listen: Sequence[ListenAddress], users: Sequence[SshUser]
+    args: argparse.Namespace,
+    listen: Sequence[ListenAddress],
+    users: Sequence[SshUser],
+    *,
+    activated: bool = False,
 ) -> SshSettings | None:
-    """The checked SSH settings (None without SSH listeners); raises ValueError, one line."""
+    """The checked SSH settings (None without SSH listeners); raises ValueError, one line.
+
+    ``activated``: systemd passed an ``rtr-ssh`` socket (it needs the same settings).
+    """
     config = args.config is not None
 
     def name(key: str) -> str:
         return f"server.{key}" if config else f"--{key.replace('_', '-')}"
 
-    if not any(a.ssh for a in listen):
+    kex = None
+    if args.ssh_kex_algorithms is not None:
+        kex = kex_algorithms(args.ssh_kex_algorithms, name("ssh_kex_algorithms"))
+    if not activated and not any(a.ssh for a in listen):
         return None
     if args.ssh_host_key is None:
-        raise ValueError(f"SSH listeners need {name('ssh_host_key')}")
+        what = "an rtr-ssh socket from systemd needs" if activated else "SSH listeners need"
+        raise ValueError(f"{what} {name('ssh_host_key')}")
     if getattr(args, "async_backend", "asyncio") != "asyncio":
         raise ValueError(
             "SSH listeners need the asyncio backend (asyncssh runs on asyncio only); "
@@ -111,6 +164,7 @@ def ssh_settings(
             users=tuple(users),
             allow_users=tuple(args.ssh_allow_user) or None,
             login_timeout=args.ssh_login_timeout,
+            kex_algorithms=kex,
         )
     except ValueError as exc:
         message = str(exc).replace("--ssh-authorized-keys", name("ssh_authorized_keys"))

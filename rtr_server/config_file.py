@@ -83,6 +83,7 @@ SERVER_KEYS: dict[str, type | tuple[type, ...]] = {
     "ssh_authorized_keys": str,
     "ssh_allow_user": list,
     "ssh_login_timeout": (int, float),
+    "ssh_kex_algorithms": str,
 }
 #: Keys of a [[listeners]] table.
 LISTENER_KEYS: dict[str, type | tuple[type, ...]] = {

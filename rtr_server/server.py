@@ -181,9 +181,8 @@ class RtrServer:
         listeners, backlog = await open_listeners(self.settings)
         ssh_bound: list[tuple[ListenAddress, str, int]] = []
         try:
-            for address in self.settings.listen:
-                if address.ssh and self.ssh is not None:
-                    ssh_bound += [(address, h, p) for h, p in await self.ssh.bind(address)]
+            if self.ssh is not None:
+                ssh_bound = await self.ssh.bind_all(self.settings.listen, self.settings.inherited)
         except BaseException:
             for listener, _ in listeners:
                 await listener.aclose()
@@ -208,7 +207,7 @@ class RtrServer:
                 host,
                 port,
                 " (TLS)" if spec.tls else " (SSH)" if spec.ssh else "",
-                " (socket from systemd)" if self.settings.inherited and not spec.ssh else "",
+                " (socket from systemd)" if self._from_systemd(spec) else "",
                 "" if spec.allow is None else f", allowed: {', '.join(map(str, spec.allow))}",
                 _keys_text(spec),
             )
@@ -224,6 +223,10 @@ class RtrServer:
                 tg.start_soon(self.ssh.serve, tg)
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
+
+    def _from_systemd(self, spec: ListenAddress) -> bool:
+        names = {s.name for s in self.settings.inherited}
+        return bool(names) and (not spec.ssh or "rtr-ssh" in names)
 
     def rekey(self, listen: Sequence[ListenAddress]) -> list[str]:
         """Apply the TCP-MD5/AO keys of ``listen`` to the live listeners at the same addresses.

@@ -133,6 +133,8 @@ class ServerSettings:
             raise ValueError("an rtr-tls socket needs a certificate and key (tls_cert, tls_key)")
         if self.tls is None and any(a.tls for a in self.listen):
             raise ValueError("TLS listeners need a certificate and key (--tls-cert, --tls-key)")
+        if self.ssh is None and any(s.name == "rtr-ssh" for s in self.inherited):
+            raise ValueError("an rtr-ssh socket needs --ssh-host-key and --ssh-authorized-keys")
         if self.ssh is None and any(a.ssh for a in self.listen):
             raise ValueError("SSH listeners need --ssh-host-key and --ssh-authorized-keys")
         if any(a.ssh and a.tls for a in self.listen):

@@ -1,6 +1,7 @@
 """RTR over SSH (RFC 8210 §9, 8210bis §9.1): the SSH listeners, router login and the subsystem.
 
-`SshService` binds every ``ssh`` listener with asyncssh (asyncio only) and admits each
+`SshService` binds every ``ssh`` listener with asyncssh (asyncio only; or serves the
+``rtr-ssh`` sockets systemd passed instead) and admits each
 connection through the same `SessionHost` checks as TCP (allowed networks, max-connections,
 max-per-ip; refusals counted and rate-limit logged) before the SSH version exchange. A router
 logs in with a key from the authorized_keys file (its OpenSSH options such as ``from="..."``
@@ -17,8 +18,9 @@ unchanged on an `SshByteStream`, in the server's task group. Refusals before a s
 from __future__ import annotations
 
 import logging
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, cast
 
 import anyio
@@ -28,8 +30,10 @@ from anyio.abc import ByteStream, TaskGroup
 
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
+from rtr_server.inherited_listeners import spec_for
 from rtr_server.serving import ServerStats
 from rtr_server.settings import ListenAddress
+from rtr_server.socket_activation import InheritedSocket
 from rtr_server.ssh_settings import SUBSYSTEM, SshSettings, verify_password
 from upstream.ssh_stream import SshByteStream
 
@@ -41,6 +45,11 @@ log = logging.getLogger(__name__)
 PASSWORD_CHECKS = 2
 #: How often connections are checked against their login deadline (seconds).
 LOGIN_SWEEP = 0.5
+#: A keepalive goes out after this many seconds without a packet from the router (three
+#: unanswered close the connection). Short because BIRD 2.0.12 (libssh) leaves the end of a
+#: large answer in libssh's buffer until another packet arrives: its full table over SSH
+#: completes only when the keepalive comes (interop-tests/test_ssh.py; README "RTR over SSH").
+KEEPALIVE_INTERVAL = 5.0
 
 
 class SshConfigError(ValueError):
@@ -126,24 +135,50 @@ class SshService:
         # asyncssh logs every packet exchange at INFO; our own lines say what matters.
         logging.getLogger("asyncssh").setLevel(logging.WARNING)
 
-    async def bind(self, spec: ListenAddress) -> list[tuple[str, int]]:
-        """Listen on ``spec``; the bound (host, port) pairs. Raises OSError when it cannot."""
+    async def bind_all(
+        self, listen: Sequence[ListenAddress], inherited: Sequence[InheritedSocket]
+    ) -> list[tuple[ListenAddress, str, int]]:
+        """Listen on the ``rtr-ssh`` sockets from systemd, or else on the ``ssh`` addresses.
+
+        Each bound (spec, host, port); raises OSError when one cannot be used.
+        """
+        passed = [s for s in inherited if s.name == "rtr-ssh"]
+        bound: list[tuple[ListenAddress, str, int]] = []
+        for one in passed:
+            spec = spec_for(one, listen)
+            sock = socket.socket(fileno=one.fd)
+            bound += [(spec, host, port) for host, port in await self.bind(spec, sock)]
+        for spec in () if passed else listen:
+            if spec.ssh:
+                bound += [(spec, host, port) for host, port in await self.bind(spec)]
+        return bound
+
+    async def bind(
+        self, spec: ListenAddress, sock: socket.socket | None = None
+    ) -> list[tuple[str, int]]:
+        """Listen on ``spec`` (or on ``sock``, already listening); the bound (host, port) pairs.
+
+        Raises OSError when it cannot.
+        """
         if sniffio.current_async_library() != "asyncio":
             raise SshConfigError("SSH listeners need the asyncio backend (--async-backend)")
         name = [_listener_name(spec.host, spec.port)]  # the bound port, once known
+        where: dict[str, object] = (
+            {"sock": sock} if sock is not None else {"host": spec.host, "port": spec.port}
+        )
         acceptor = await asyncssh.listen(
-            spec.host,
-            spec.port,
+            **where,
             server_factory=lambda: _Router(self, spec, name[0]),
             server_host_keys=[self.host_key],
+            kex_algs=list(self.settings.kex_algorithms) if self.settings.kex_algorithms else (),
             encoding=None,
             login_timeout=self.settings.login_timeout,
             agent_forwarding=False,
             x11_forwarding=False,
             allow_scp=False,
-            keepalive_interval=60,
+            keepalive_interval=KEEPALIVE_INTERVAL,
             keepalive_count_max=3,
-            reuse_address=True,
+            reuse_address=sock is None,
         )
         self._acceptors.append(acceptor)
         bound = [(str(s.getsockname()[0]), int(s.getsockname()[1])) for s in acceptor.sockets]

@@ -116,6 +116,8 @@ class SshSettings:
     allow_users: tuple[str, ...] | None = None
     #: A connection not authenticated with its subsystem open within this many seconds is closed.
     login_timeout: float = 30.0
+    #: Key exchange algorithms offered, in order (None: asyncssh's defaults).
+    kex_algorithms: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.authorized_keys is None and not self.users:
@@ -124,6 +126,8 @@ class SshSettings:
             )
         if self.login_timeout <= 0:
             raise ValueError("SSH login timeout must be positive")
+        if self.kex_algorithms is not None and not self.kex_algorithms:
+            raise ValueError("SSH key exchange algorithms: the list is empty")
         names = [u.name for u in self.users]
         for i, name in enumerate(names):
             if names.index(name) != i:

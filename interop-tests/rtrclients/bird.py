@@ -44,11 +44,15 @@ class Bird(Client):
     expected_version = 1
     logs_syncs = True
 
+    def config(self) -> str:
+        """bird.conf (a subclass may change the transport)."""
+        return CONFIG.format(run=self.run_dir, host=self.host, port=self.port)
+
     def start(self) -> None:
         """Write the config, check it (bird -p), start BIRD and wait for its socket."""
         run = self.run_dir
         conf = run / "bird.conf"
-        conf.write_text(CONFIG.format(run=run, host=self.host, port=self.port))
+        conf.write_text(self.config())
         ctl = self.socket_path("bird.ctl")
         procs.run(["bird", "-p", "-c", str(conf)])
         self.started_at = time.time()

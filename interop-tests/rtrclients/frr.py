@@ -41,11 +41,15 @@ class Frr(Client):
     expected_version = 1
     logs_syncs = True  # RTRlib's trace; `show rpki prefix-table` is too heavy to poll
 
+    def config(self) -> str:
+        """bgpd.conf (a subclass may change the cache line)."""
+        return CONFIG.format(run=self.run_dir, host=self.host, port=self.port)
+
     def start(self) -> None:
         """Start bgpd in the foreground; RTRlib's trace goes to bgpd.stderr."""
         run = self.run_dir
         conf = run / "bgpd.conf"
-        conf.write_text(CONFIG.format(run=run, host=self.host, port=self.port))
+        conf.write_text(self.config())
         vty = self.socket_path("bgpd.vty")
         # No `bgpd -C` dry run: with an rpki cache configured it opens a real RTR session (G5).
         args = [BGPD, "-f", str(conf), "-M", "rpki", "-Z", "-S", "-p", "0", "-P", "0", "-n"]

@@ -33,13 +33,17 @@ class RtrClientLive(Client):
         self._key: dict[str, str] | None = None
         self.status_lines: list[str] = []
 
+    def transport(self) -> list[str]:
+        """rtrclient's transport arguments (a subclass may use ssh)."""
+        return ["tcp", self.host, str(self.port)]
+
     def start(self) -> None:
         """Start rtrclient; stdout is line-buffered so the file follows it closely."""
         run = self.run_dir
         self.started_at = time.time()
         self.tracked = procs.spawn(
             self.name,
-            ["stdbuf", "-oL", "-eL", "rtrclient", "-kps", "tcp", self.host, str(self.port)],
+            ["stdbuf", "-oL", "-eL", "rtrclient", "-kps", *self.transport()],
             log=run / "rtrclient.out",
             stderr=run / "rtrclient.err",
             pidfile=run / "rtrclient.pid",

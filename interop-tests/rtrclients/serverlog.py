@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from rtrserve import RtrServe, log_line_time
 
-CONNECTED = re.compile(r"router (\S+) connected(?: over \S+)? \(\d+ connections\)$")
+CONNECTED = re.compile(r"router (\S+) connected(?: over \S+(?: as '[^']*')?)? \(\d+ connections\)$")
 #: An answer to a query held for the first data ends with ", held S s" (--arrival-hold).
 HELD = r"(?:, held [\d.]+ s, then encoded [\d.]+ s and written [\d.]+ s)?"
 

@@ -69,6 +69,7 @@ async def ssh_connection(
     key: Path | None = None,
     password: str | None = None,
     from_ip: str = "127.0.0.1",
+    kex_algs: tuple[str, ...] = (),
 ) -> AsyncIterator[asyncssh.SSHClientConnection]:
     """A logged-in SSH connection that checked the host key (raises asyncssh errors)."""
     known = asyncssh.import_known_hosts(
@@ -86,6 +87,7 @@ async def ssh_connection(
             agent_path=None,
             config=None,
             preferred_auth="publickey,password" if password else "publickey",
+            kex_algs=list(kex_algs) if kex_algs else (),
         )
     try:
         yield conn

@@ -1,7 +1,7 @@
 """systemd socket activation: a real ``rtr-serve`` started by ``systemd-socket-activate`` serves
 RTR and HTTP on the passed sockets (by LISTEN_FDNAMES name) instead of binding its own; a socket
-named ``rtr-ssh`` (SSH listeners bind their own) or an unknown name is a configuration error
-(exit 2); the environment is checked before any descriptor is used."""
+named ``rtr-ssh`` without SSH settings (served in test_socket_activation_ssh.py) or an unknown
+name is a configuration error (exit 2); the environment is checked before any descriptor is used."""
 
 from __future__ import annotations
 
@@ -96,7 +96,7 @@ def connect_once(port: int) -> None:
 @pytest.mark.parametrize(
     ("name", "message"),
     [
-        ("rtr-ssh", "named 'rtr-ssh', but SSH listeners cannot take a socket from systemd yet"),
+        ("rtr-ssh", "an rtr-ssh socket from systemd needs --ssh-host-key"),
         ("bgp", "is named 'bgp' (known names: rtr, rtr-tls, rtr-ssh, http"),
         ("rtr-tls", "an rtr-tls socket needs a certificate and key"),
     ],
