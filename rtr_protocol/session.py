@@ -193,6 +193,27 @@ class ServerSession:
             and self._state is SessionState.IDLE
         )
 
+    @property
+    def at_boundary(self) -> bool:
+        """True when nothing is half read or half answered: the session may be handed over."""
+        return (
+            self._state in (SessionState.AWAITING_QUERY, SessionState.IDLE)
+            and self._framer.buffered == 0
+            and not self._framer.eof
+        )
+
+    def adopt(self, version: int) -> None:
+        """Start at ``version``, no session id (handed over: an old id gets Cache Reset).
+
+        Raises RuntimeError after the session started, ValueError for a version out of range.
+        """
+        if self._state is not SessionState.AWAITING_QUERY or self._framer.buffered:
+            raise RuntimeError("adopt() after the session started")
+        if not self.min_version <= version <= self.max_version:
+            raise ValueError(f"version {version} is outside {self.min_version}..{self.max_version}")
+        self._version = version
+        self._state = SessionState.IDLE
+
     # ----------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
         """Feed received bytes; ``b""`` means the router closed its side.

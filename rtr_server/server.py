@@ -37,6 +37,7 @@ from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.admission import Admission
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
+from rtr_server.handover import adopt_connections
 from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import HeldAnswer, ServerStats
@@ -73,6 +74,10 @@ class RtrServer:
         #: What each bound socket serves, in the order of ``addresses``.
         self.bound: list[tuple[ListenAddress, str, int]] = []
         self._sockets: list[socket.socket] = []
+        #: One per accept loop: cancelled to stop accepting (`rtr_server.handover`).
+        self.accept_scopes: list[anyio.CancelScope] = []
+        #: Set when a session ends (then replaced by whoever waits; `rtr_server.handover`).
+        self.session_ended: anyio.Event | None = None
 
     # ------------------------------------------------------------------ data
     def publish(self, state: PublishedState) -> None:
@@ -220,10 +225,16 @@ class RtrServer:
             for conn, i in backlog:  # waited in an inherited listener's backlog: served now
                 stream = await SocketStream.from_socket(conn)
                 self._admit(stream, tg, listeners[i][1], names[i])
+            await adopt_connections(self, tg, names)
             if self.ssh is not None:
                 tg.start_soon(self.ssh.serve, tg)
             tg.start_soon(self._notifier)
             task_status.started(self.addresses)
+
+    @property
+    def listening_sockets(self) -> list[socket.socket]:
+        """The TCP and TLS listening sockets, in the order of ``bound``."""
+        return self._sockets
 
     def rekey(self, listen: Sequence[ListenAddress]) -> list[str]:
         """Apply the TCP-MD5/AO keys of ``listen`` to the live listeners at the same addresses.
@@ -255,9 +266,15 @@ class RtrServer:
         def failed() -> None:
             self.stats.accept_errors += 1
 
-        await accept_forever(
-            listener, lambda stream: self._admit(stream, tg, spec, name), what=name, failed=failed
-        )
+        scope = anyio.CancelScope()
+        self.accept_scopes.append(scope)
+        with scope:
+            await accept_forever(
+                listener,
+                lambda stream: self._admit(stream, tg, spec, name),
+                what=name,
+                failed=failed,
+            )
 
     def _admit(self, stream: SocketStream, tg: TaskGroup, spec: ListenAddress, name: str) -> None:
         try:
@@ -406,6 +423,8 @@ class RtrServer:
             self.release(slot)
             self.stats.disconnects[connection.close_reason] += 1
             _log_close(connection, anyio.current_time() - started)
+            if self.session_ended is not None:
+                self.session_ended.set()
 
     async def _notifier(self) -> None:
         last_round = -math.inf
