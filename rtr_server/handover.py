@@ -14,6 +14,7 @@ version from the first byte; the access list and the caps are checked again.
 from __future__ import annotations
 
 import fcntl
+import gc
 import logging
 import os
 import socket
@@ -115,6 +116,10 @@ def exec_handed(handed: Sequence[tuple[int, str]]) -> None:
     On failure the descriptors stay at 3.. and the environment names them, so starting again
     in this process adopts them (nothing is lost).
     """
+    # Objects that still own a descriptor (e.g. the handed streams' original sockets) close it
+    # when collected: collect now, and not again until the exec, so none closes a placed one.
+    gc.collect()
+    gc.disable()
     count = len(handed)
     ours = {fd for fd, _ in handed}
     base = max([*ours, SD_LISTEN_FDS_START + count]) + 1
@@ -145,6 +150,7 @@ def exec_handed(handed: Sequence[tuple[int, str]]) -> None:
     try:
         os.execv(sys.executable, sys.orig_argv)  # noqa: S606 (this very command, no shell)
     except OSError as exc:
+        gc.enable()
         log.error(
             "restart: cannot re-execute %s: %s; serving on in this process", sys.executable, exc
         )
