@@ -264,9 +264,12 @@ class RtrConnection:
 
     def _detach(self) -> None:
         """Duplicate the descriptor for the next process image; raises _HandedOverError."""
-        version = self.session.version
+        session = self.session
+        name = "router" if session.version is None else f"router-v{session.version}"
+        if session.session_id is not None and session.last_serial is not None:
+            name += f"-{session.session_id}-{int(session.last_serial)}"
         raw = self.stream.extra(SocketAttribute.raw_socket)
-        self.handed = (os.dup(raw.fileno()), "router" if version is None else f"router-v{version}")
+        self.handed = (os.dup(raw.fileno()), name)
         raise _HandedOverError
 
     async def _receive(self, deadline: float) -> bytes | None:

@@ -5,8 +5,8 @@ plain-TCP router session to detach at its next PDU boundary, waiting at most ``w
 TLS and SSH sessions (their crypto state lives in this process) and busy ones are closed by
 the orderly stop that follows, each with a log line. `exec_handed` numbers the descriptors
 from 3, sets ``LISTEN_PID``/``LISTEN_FDS``/``LISTEN_FDNAMES`` like systemd socket activation
-(``rtr``, ``rtr-tls``, ``http``, and ``router``/``router-vN`` per router) and re-executes the
-same command line in the same process; it returns only when the exec failed.
+(``rtr``, ``rtr-tls``, ``http``, and ``router``/``router-vN-ID-SERIAL`` per router) and
+re-executes the same command line in the same process; it returns only when the exec failed.
 `adopt_connections` (new image) serves each handed router as a session at its negotiated
 version from the first byte; the access list and the caps are checked again.
 """
@@ -29,6 +29,7 @@ from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.socket_activation import SD_LISTEN_FDS_START
+from snapshot import Serial
 
 __all__ = ["HANDOVER_WAIT", "HandoverHost", "adopt_connections", "exec_handed", "hand_over"]
 
@@ -184,7 +185,10 @@ async def adopt_connections(server: HandoverHost, tg: TaskGroup, names: Sequence
         connection = server.session(stream, peer, "tcp", slot)
         if version is not None:
             try:
-                connection.session.adopt(version)
+                known = adopted.known
+                connection.session.adopt(
+                    version, None if known is None else (known[0], Serial(known[1]))
+                )
             except ValueError as exc:
                 log.warning("router %s: handed over at version %d: %s", peer, version, exc)
         how = "before its first query" if version is None else f"at version {version}"

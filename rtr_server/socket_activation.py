@@ -6,7 +6,8 @@ known name: ``rtr`` (plain RTR; also every unnamed one), ``rtr-tls``, ``rtr-ssh`
 A bad environment is a `ValueError` (a configuration error: exit 2 before any network).
 `rtr_server.inherited_listeners` serves on them. Connected router sockets handed over by a
 re-executing rtr-serve (``kill -USR2``, `rtr_server.handover`) are named ``router`` (no query
-yet) or ``router-vN`` (negotiated version N): `adopted_connections` reads those.
+yet) or ``router-vN[-ID-SERIAL]`` (negotiated version N, the session id and serial it
+holds): `adopted_connections` reads those.
 """
 
 from __future__ import annotations
@@ -57,15 +58,28 @@ class AdoptedConnection:
     peer_host: str
     peer_port: int
     local_port: int
+    #: The (session id, serial) the router holds (``router-vN-ID-SERIAL``), if it got data.
+    known: tuple[int, int] | None = None
 
 
 def _router_version(name: str) -> int | bool | None:
-    """None for ``router``, N for ``router-vN``, False for any other name."""
+    """None for ``router``, N for ``router-vN[-ID-SERIAL]``, False for any other name."""
     if name == "router":
         return None
-    if name.startswith("router-v") and name[8:] in ("0", "1", "2"):
-        return int(name[8:])
+    parts = name.split("-")
+    if (
+        parts[:1] == ["router"]
+        and len(parts) in (2, 4)
+        and parts[1] in ("v0", "v1", "v2")
+        and all(p.isdigit() for p in parts[2:])
+    ):
+        return int(parts[1][1])
     return False
+
+
+def _known(name: str) -> tuple[int, int] | None:
+    parts = name.split("-")
+    return (int(parts[2]), int(parts[3])) if len(parts) == 4 else None
 
 
 def local_address(fd: int) -> tuple[str, int]:
@@ -136,7 +150,7 @@ def adopted_connections(
             raise ValueError(f"descriptor {fd} ({name}): {exc.strerror or exc}") from None
         finally:
             sock.detach()
-        out.append(AdoptedConnection(fd, version, str(host), int(port), local_port))
+        out.append(AdoptedConnection(fd, version, str(host), int(port), local_port, _known(name)))
     return tuple(out)
 
 

@@ -66,16 +66,17 @@ def _session_of(framer: PduFramer) -> int:
 
 
 def _survives(sock: socket.socket, framer: PduFramer, session: int, serial: int) -> None:
-    """After SIGUSR2: Serial Notify with a new id, Cache Reset for the old, then the table."""
+    """After SIGUSR2: Serial Notify (the router's id, another serial), Cache Reset for the
+    old id, then the table under a new session id."""
     notify = read_pdu(sock, framer)
     assert isinstance(notify, SerialNotify), notify
-    assert notify.session_id != session
+    assert (notify.session_id, notify.serial) == (session, serial + 1)
     sock.sendall(serial_query(2, session, serial))
     reset = read_pdu(sock, framer)
     assert isinstance(reset, CacheReset), reset
     sock.sendall(reset_query(2))
     _, payload = read_full_response(sock, framer)
-    assert _session_of(framer) == notify.session_id
+    assert _session_of(framer) != session
     assert RouterState().apply(payload) == expected_state(base_export(), 2)
 
 
