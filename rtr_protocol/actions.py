@@ -51,6 +51,8 @@ class CloseReason(enum.Enum):
     #: Closed at the first publish so a v0 router that got No Data redials (it may ignore a
     #: Serial Notify for serial 0 while its own serial is 0, as GoBGP 3.10 does).
     REDIAL = "redial"
+    #: Handed to the re-executed server (``kill -USR2``; I/O layer): still open for the router.
+    HANDED_OVER = "handed_over"
     #: Not known (yet): the session has not ended.
     UNKNOWN = "unknown"
 

@@ -104,6 +104,7 @@ class ServerSession:
     """
 
     __slots__ = (
+        "_adopted",
         "_close_detail",
         "_close_reason",
         "_framer",
@@ -146,6 +147,7 @@ class ServerSession:
         self._no_data_sent = False
         self._close_reason = CloseReason.UNKNOWN
         self._close_detail = ""
+        self._adopted: tuple[int, Serial] | None = None
 
     # ----------------------------------------------------------------- read-only views
     @property
@@ -192,6 +194,27 @@ class ServerSession:
             and self._version == 0
             and self._state is SessionState.IDLE
         )
+
+    @property
+    def at_boundary(self) -> bool:
+        """True when nothing is half read or half answered: the session may be handed over."""
+        idle = self._state in (SessionState.AWAITING_QUERY, SessionState.IDLE)
+        return idle and self._framer.buffered == 0 and not self._framer.eof
+
+    def adopt(self, version: int, known: tuple[int, Serial] | None = None) -> None:
+        """Start at ``version`` (handed over); RuntimeError if started, ValueError: bad version.
+
+        ``known``: the router's (session id, serial). Until a response here, Serial Notify
+        carries that id and another serial (OpenBGPD 7.7 checks the id, BIRD 2.0 and GoBGP
+        skip an equal serial); the Serial Query then gets Cache Reset (old id).
+        """
+        if self._state is not SessionState.AWAITING_QUERY or self._framer.buffered:
+            raise RuntimeError("adopt() after the session started")
+        if not self.min_version <= version <= self.max_version:
+            raise ValueError(f"version {version} is outside {self.min_version}..{self.max_version}")
+        self._version = version
+        self._state = SessionState.IDLE
+        self._session_id, self._adopted = (None, None) if known is None else (known[0], known)
 
     # ----------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
@@ -292,6 +315,10 @@ class ServerSession:
         if not self.may_notify or self._version is None:
             return None
         version = self._version
+        if self._adopted is not None and self._last_serial is None:
+            old_id, old_serial = self._adopted
+            serial = state.serial if state.serial != old_serial else old_serial.add(1)
+            return encode_serial_notify(version, old_id, serial)
         return encode_serial_notify(version, state.session_ids.for_version(version), state.serial)
 
     def goodbye(self, code: ErrorCode, text: str = "") -> bytes:

@@ -8,7 +8,9 @@ is touched. SIGTERM and SIGINT stop the server in order (`App.stop`): with ``--s
 published state is committed within ``--flush-timeout`` (a second signal stops that wait), then
 v2 routers are told Cache Restart (or Cache Shutdown with ``--shutdown-notice shutdown``); the
 process exits 0, or 1 when that state could not be persisted. SIGHUP reloads the ``--config``
-file (see `rtr_server.reload`).
+file (see `rtr_server.reload`). SIGUSR2 restarts without losing routers: the listeners and the
+idle plain-TCP router connections are handed over, the state is closed as at a stop, and the
+same command is re-executed in the same process (`rtr_server.handover`).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_check_config_parser, build_parser
 from rtr_server.cli_config import check_config, load_process_config
 from rtr_server.fd_limit import fitted
+from rtr_server.handover import exec_handed, hand_over
 from rtr_server.logs import configure
 from rtr_server.reload import ProcessConfig, Reloader
 from upstream.closing import ShutdownReport
@@ -64,11 +67,15 @@ def _inner(exc: BaseException, kind: type[E]) -> E | None:
 
 async def _serve(
     process: ProcessConfig, load: Callable[[], ProcessConfig] | None, origin: str
-) -> ShutdownReport | None:
-    """Run the app with its reloader until a stop signal; how the stop ended (None: early)."""
+) -> tuple[ShutdownReport | None, list[tuple[int, str]] | None]:
+    """Run the app with its reloader until a stop signal.
+
+    Returns how the stop ended (None: early) and, after SIGUSR2, what to hand to the exec.
+    """
     async with anyio.create_task_group() as tg:
         stopper = _Stopper(tg.cancel_scope)
         await tg.start(stopper.run, name="stop signals")
+        await tg.start(stopper.restarts, name="restart signal")
         with anyio.open_signal_receiver(signal.SIGHUP) as hangups:
             stopper.app = await tg.start(_run_app, process.app, tg.cancel_scope)
             with stopper.reloads:  # the first stop signal ends reloading
@@ -77,7 +84,7 @@ async def _serve(
                 )
                 await reloader.serve(hangups)
             await anyio.sleep_forever()  # until the app has closed in order (it cancels tg)
-    return None if stopper.app is None else stopper.app.shutdown
+    return (None if stopper.app is None else stopper.app.shutdown), stopper.handed
 
 
 async def _run_app(
@@ -103,19 +110,38 @@ class _Stopper:
         self.scope = scope
         self.reloads = anyio.CancelScope()
         self.app: App | None = None
+        self.stopping = False
+        #: What SIGUSR2 hands to the re-executed process (None: no restart asked).
+        self.handed: list[tuple[int, str]] | None = None
+
+    async def restarts(self, *, task_status: TaskStatus[None]) -> None:
+        """SIGUSR2: hand the listeners and routers over, then stop in order (main execs)."""
+        with anyio.open_signal_receiver(signal.SIGUSR2) as signals:
+            task_status.started()
+            async for _ in signals:
+                if self.app is None or self.stopping:
+                    log.warning("received SIGUSR2 while starting or stopping: ignored")
+                    continue
+                self.stopping = True
+                log.info("received SIGUSR2: restarting without losing routers")
+                self.reloads.cancel()
+                http = self.app.config.http
+                http_fd = None if http is None else http.inherited_fd
+                self.handed = await hand_over(self.app.server, http_fd)
+                self.app.stop()
+                return
 
     async def run(self, *, task_status: TaskStatus[None]) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
             task_status.started()
-            stopping = False
             async for signum in signals:
                 name = signal.Signals(signum).name
                 if self.app is None:
                     log.info("received %s: shutting down", name)
                     self.scope.cancel()
                     return
-                if not stopping:
-                    stopping = True
+                if not self.stopping:
+                    self.stopping = True
                     log.info("received %s: shutting down", name)
                     self.reloads.cancel()
                     self.app.stop()
@@ -164,9 +190,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     # Until the event loop listens for it, a SIGHUP (an early `systemctl reload`) would kill
     # the process: ignore it; `_serve` then handles every SIGHUP.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # the same for an early restart signal
     report: ShutdownReport | None = None
+    handed: list[tuple[int, str]] | None = None
     try:
-        report = anyio.run(_serve, process, load, str(args.config), backend=args.async_backend)
+        report, handed = anyio.run(
+            _serve, process, load, str(args.config), backend=args.async_backend
+        )
     except KeyboardInterrupt:
         pass
     except OSError as exc:
@@ -183,6 +213,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         log.error("cannot use state %s: %s", config.state, refusal)
         return 1
+    if handed is not None:
+        exec_handed(handed)  # returns only when the exec failed:
+        return main(argv)  # then serve on here, adopting what was handed over
     if report is not None and report.persisted is False:
         log.info("rtr-serve stopped (exit status 1: the last published state is not persisted)")
         return 1

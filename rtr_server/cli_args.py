@@ -65,6 +65,11 @@ signals:
                    named in the log as needing a restart and keep their values. A file that
                    does not load is logged with the reason and nothing changes. Without
                    --config, SIGHUP only logs that there is nothing to reload.
+  SIGUSR2          restart without losing routers: re-execute the same command in the same
+                   process, handing over the listening sockets and every idle plain-TCP router
+                   connection (they get a Serial Notify with the new session id at the first
+                   publish); the --state file is closed as at a stop first. TLS and SSH
+                   sessions are closed. Under systemd: systemctl kill -s USR2 rtr-serve.
 
 logging:
   One line per event on standard error: router session open and close (peer, version,

@@ -29,7 +29,11 @@ from rtr_server.settings import (
     TlsFiles,
     parse_listen,
 )
-from rtr_server.socket_activation import InheritedSocket, inherited_sockets
+from rtr_server.socket_activation import (
+    InheritedSocket,
+    adopted_connections,
+    inherited_sockets,
+)
 from rtr_server.tls import make_server_context
 from upstream.slurm_files import load_slurm_files
 
@@ -77,6 +81,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         tls=tls,
         tls_handshake_timeout=args.tls_handshake_timeout,
         inherited=inherited,
+        adopted=adopted_connections(),
         ssh=ssh,
     )
     http = None

@@ -14,19 +14,24 @@ seconds: the connection keeps reading (only EOF matters then) until the server's
 it and the session answers from the shared encoding, or until the hold time runs out and the
 session answers No Data Available. A v0 session that got No Data is closed at the first data
 (`ServerSession.redial`), so a router that ignores the Serial Notify for serial 0 asks again.
+
+`hand_over` (``kill -USR2``, plain TCP only): at the next PDU boundary the pump duplicates the
+socket's descriptor into ``handed`` and ends without closing the stream or saying goodbye, so
+the router stays connected through the exec (`rtr_server.handover`).
 """
 
 from __future__ import annotations
 
 import logging
 import math
+import os
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import cast
 
 import anyio
-from anyio.abc import ByteStream
+from anyio.abc import ByteStream, SocketAttribute
 
 from rtr_protocol import (
     NEED_DATA,
@@ -70,12 +75,14 @@ class RtrConnection:
     __slots__ = (
         "_aligned",
         "_evicted",
+        "_handing_over",
         "_notify_wanted",
         "_on_query",
         "_query_timeout",
         "_receive_scope",
         "close_detail",
         "close_reason",
+        "handed",
         "notified_at",
         "peer",
         "server",
@@ -118,6 +125,9 @@ class RtrConnection:
         #: False while a write is cut short mid-PDU: nothing more may be sent then.
         self._aligned = True
         self._evicted = False
+        self._handing_over = False
+        #: The duplicated descriptor and its LISTEN_FDNAMES name once handed over.
+        self.handed: tuple[int, str] | None = None
         self._query_timeout = settings.query_timeout if query_timeout is None else query_timeout
         self._on_query = on_query
 
@@ -133,6 +143,11 @@ class RtrConnection:
         if scope is not None:
             scope.cancel()
 
+    def hand_over(self) -> None:
+        """Hand the connection to the next process image at the next PDU boundary."""
+        self._handing_over = True
+        self.wake()
+
     def evict(self) -> None:
         """Close a connection that has not sent a valid query yet (to admit a newcomer)."""
         self._evicted = True
@@ -145,6 +160,8 @@ class RtrConnection:
         """Serve the router until it leaves, misbehaves, stalls or we shut down."""
         try:
             await self._pump()
+        except _HandedOverError:
+            self._ended(CloseReason.HANDED_OVER, "handed over to the restarted server")
         except _QueryTimeoutError:
             self._ended(CloseReason.QUERY_TIMEOUT, "no query within the query timeout")
         except _EvictedError:
@@ -171,8 +188,9 @@ class RtrConnection:
                     await self._goodbye(ErrorCode.CACHE_RESTART, "cache restarting")
             raise
         finally:
-            with anyio.CancelScope(shield=True):
-                await self.stream.aclose()
+            if self.handed is None:  # a handed-over stream stays open (closed at exec)
+                with anyio.CancelScope(shield=True):
+                    await self.stream.aclose()
 
     async def _pump(self) -> None:
         session = self.session
@@ -186,6 +204,8 @@ class RtrConnection:
                 self._on_query()  # a valid query negotiated it: never evicted from now on
                 self._on_query = None
             if action is NEED_DATA:
+                if self._handing_over and session.at_boundary:
+                    self._detach()
                 if session.held and anyio.current_time() >= hold_deadline:
                     server.hold_expired(self.peer)
                     held_at = None
@@ -244,6 +264,16 @@ class RtrConnection:
                 if action.data:
                     await self._write(action.data)
                 return
+
+    def _detach(self) -> None:
+        """Duplicate the descriptor for the next process image; raises _HandedOverError."""
+        session = self.session
+        name = "router" if session.version is None else f"router-v{session.version}"
+        if session.session_id is not None and session.last_serial is not None:
+            name += f"-{session.session_id}-{int(session.last_serial)}"
+        raw = self.stream.extra(SocketAttribute.raw_socket)
+        self.handed = (os.dup(raw.fileno()), name)
+        raise _HandedOverError
 
     async def _receive(self, deadline: float) -> bytes | None:
         """Next chunk from the router, b"" at EOF, None when woken or at ``deadline``."""
@@ -317,6 +347,10 @@ class RtrConnection:
         self.stats.errors_sent[number] = self.stats.errors_sent.get(number, 0) + 1
         server_errors = self.server.stats.errors_sent
         server_errors[number] = server_errors.get(number, 0) + 1
+
+
+class _HandedOverError(Exception):
+    """Handed over at a PDU boundary (`RtrConnection.hand_over`)."""
 
 
 class _QueryTimeoutError(Exception):

@@ -37,6 +37,8 @@ from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.admission import Admission
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
+from rtr_server.session_log import log_close
+from rtr_server.handover import adopt_connections
 from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import HeldAnswer, ServerStats
@@ -73,6 +75,10 @@ class RtrServer:
         #: What each bound socket serves, in the order of ``addresses``.
         self.bound: list[tuple[ListenAddress, str, int]] = []
         self._sockets: list[socket.socket] = []
+        #: One per accept loop: cancelled to stop accepting (`rtr_server.handover`).
+        self.accept_scopes: list[anyio.CancelScope] = []
+        #: Set when a session ends (then replaced by whoever waits; `rtr_server.handover`).
+        self.session_ended: anyio.Event | None = None
 
     # ------------------------------------------------------------------ data
     def publish(self, state: PublishedState) -> None:
@@ -219,6 +225,7 @@ class RtrServer:
             for conn, i in backlog:  # waited in an inherited listener's backlog: served now
                 stream = await SocketStream.from_socket(conn)
                 self._admit(stream, tg, listeners[i][1], names[i])
+            await adopt_connections(self, tg, names)
             if self.ssh is not None:
                 tg.start_soon(self.ssh.serve, tg)
             tg.start_soon(self._notifier)
@@ -227,6 +234,11 @@ class RtrServer:
     def _from_systemd(self, spec: ListenAddress) -> bool:
         names = {s.name for s in self.settings.inherited}
         return bool(names) and (not spec.ssh or "rtr-ssh" in names)
+
+    @property
+    def listening_sockets(self) -> list[socket.socket]:
+        """The TCP and TLS listening sockets, in the order of ``bound``."""
+        return self._sockets
 
     def rekey(self, listen: Sequence[ListenAddress]) -> list[str]:
         """Apply the TCP-MD5/AO keys of ``listen`` to the live listeners at the same addresses.
@@ -258,9 +270,15 @@ class RtrServer:
         def failed() -> None:
             self.stats.accept_errors += 1
 
-        await accept_forever(
-            listener, lambda stream: self._admit(stream, tg, spec, name), what=name, failed=failed
-        )
+        scope = anyio.CancelScope()
+        self.accept_scopes.append(scope)
+        with scope:
+            await accept_forever(
+                listener,
+                lambda stream: self._admit(stream, tg, spec, name),
+                what=name,
+                failed=failed,
+            )
 
     def _admit(self, stream: SocketStream, tg: TaskGroup, spec: ListenAddress, name: str) -> None:
         try:
@@ -408,7 +426,9 @@ class RtrServer:
             self.connections.discard(connection)
             self.release(slot)
             self.stats.disconnects[connection.close_reason] += 1
-            _log_close(connection, anyio.current_time() - started)
+            log_close(log, connection, anyio.current_time() - started)
+            if self.session_ended is not None:
+                self.session_ended.set()
 
     async def _notifier(self) -> None:
         """Serial Notify after each publish, at most once per ``notify_interval`` per session.
@@ -452,44 +472,6 @@ def _keys_text(spec: ListenAddress) -> str:
     if spec.tcp_ao:
         text += f", TCP-AO for {', '.join(f'{k.peer} (key {k.key_id})' for k in spec.tcp_ao)}"
     return text
-
-
-def _log_close(connection: RtrConnection, duration: float) -> None:
-    """The one line per closed session (event ``session_close``)."""
-    session = connection.session
-    stats = connection.stats
-    serial = None if session.last_serial is None else int(session.last_serial.value)
-    log.info(
-        "router %s closed: %s (version %s, session %s, serial %s, %d reset + %d serial queries, "
-        "%d notifies, %d bytes sent, %d bytes received, %.1f s)",
-        connection.peer,
-        connection.close_detail,
-        session.version,
-        session.session_id,
-        serial,
-        stats.reset_queries,
-        stats.serial_queries,
-        stats.notifies,
-        stats.bytes_sent,
-        stats.bytes_received,
-        duration,
-        extra={
-            "event": "session_close",
-            "peer": connection.peer,
-            "reason": connection.close_detail,
-            "reason_class": connection.close_reason.value,
-            "version": session.version,
-            "session_id": session.session_id,
-            "serial": serial,
-            "reset_queries": stats.reset_queries,
-            "serial_queries": stats.serial_queries,
-            "notifies": stats.notifies,
-            "errors_sent": {str(code): n for code, n in stats.errors_sent.items()},
-            "bytes_sent": stats.bytes_sent,
-            "bytes_received": stats.bytes_received,
-            "duration_s": round(duration, 3),
-        },
-    )
 
 
 async def _close_quietly(stream: SocketStream) -> None:

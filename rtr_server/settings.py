@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rtr_protocol.constants import MAX_VERSION, Timers
 from rtr_server.access import Network
-from rtr_server.socket_activation import InheritedSocket
+from rtr_server.socket_activation import AdoptedConnection, InheritedSocket
 from rtr_server.ssh_settings import SshSettings
 from rtr_server.tcp_auth import AoKey, Md5Key
 
@@ -109,6 +109,8 @@ class ServerSettings:
     tls_handshake_timeout: float = 10.0
     #: Sockets passed by systemd (socket activation): served instead of binding ``listen``.
     inherited: tuple[InheritedSocket, ...] = ()
+    #: Router connections handed over by the previous process image (``kill -USR2``).
+    adopted: tuple[AdoptedConnection, ...] = ()
     #: Host key, router keys and users of the SSH listeners (required when one has ``ssh``).
     ssh: SshSettings | None = None
 

@@ -4,7 +4,10 @@
 descriptors from 3, for this process only) and checks each is a listening TCP socket with a
 known name: ``rtr`` (plain RTR; also every unnamed one), ``rtr-tls``, ``rtr-ssh``, ``http``.
 A bad environment is a `ValueError` (a configuration error: exit 2 before any network).
-`rtr_server.inherited_listeners` serves on them.
+`rtr_server.inherited_listeners` serves on them. Connected router sockets handed over by a
+re-executing rtr-serve (``kill -USR2``, `rtr_server.handover`) are named ``router`` (no query
+yet) or ``router-vN[-ID-SERIAL]`` (negotiated version N, the session id and serial it
+holds): `adopted_connections` reads those.
 """
 
 from __future__ import annotations
@@ -17,12 +20,16 @@ from dataclasses import dataclass
 __all__ = [
     "NAMES",
     "SD_LISTEN_FDS_START",
+    "AdoptedConnection",
     "InheritedSocket",
+    "adopted_connections",
     "inherited_sockets",
     "local_address",
 ]
 
 SD_LISTEN_FDS_START = 3
+#: Most descriptors taken (listeners and handed-over router connections).
+MAX_FDS = 65_536
 #: What each name serves.
 NAMES = {
     "rtr": "RTR over TCP",
@@ -40,6 +47,39 @@ class InheritedSocket:
     name: str
     host: str
     port: int
+
+
+@dataclass(frozen=True, slots=True)
+class AdoptedConnection:
+    """A router connection handed over: its descriptor, version (None: no query yet), ends."""
+
+    fd: int
+    version: int | None
+    peer_host: str
+    peer_port: int
+    local_port: int
+    #: The (session id, serial) the router holds (``router-vN-ID-SERIAL``), if it got data.
+    known: tuple[int, int] | None = None
+
+
+def _router_version(name: str) -> int | bool | None:
+    """None for ``router``, N for ``router-vN[-ID-SERIAL]``, False for any other name."""
+    if name == "router":
+        return None
+    parts = name.split("-")
+    if (
+        parts[:1] == ["router"]
+        and len(parts) in (2, 4)
+        and parts[1] in ("v0", "v1", "v2")
+        and all(p.isdigit() for p in parts[2:])
+    ):
+        return int(parts[1][1])
+    return False
+
+
+def _known(name: str) -> tuple[int, int] | None:
+    parts = name.split("-")
+    return (int(parts[2]), int(parts[3])) if len(parts) == 4 else None
 
 
 def local_address(fd: int) -> tuple[str, int]:
@@ -61,33 +101,71 @@ def local_address(fd: int) -> tuple[str, int]:
         sock.detach()  # the descriptor stays open: it is the service's
 
 
-def inherited_sockets(
-    environ: Mapping[str, str] | None = None, pid: int | None = None
-) -> tuple[InheritedSocket, ...]:
-    """The sockets systemd passed to this process (none without LISTEN_FDS); raises ValueError."""
+def _passed_names(environ: Mapping[str, str] | None, pid: int | None) -> list[str] | None:
+    """One name per passed descriptor (from 3); None: nothing passed to this process."""
     env = os.environ if environ is None else environ
     if "LISTEN_FDS" not in env:
-        return ()
+        return None
     listen_pid = env.get("LISTEN_PID", "")
     if not listen_pid.isdigit():
         raise ValueError(f"socket activation: LISTEN_PID={listen_pid!r} is not a process id")
     if int(listen_pid) != (os.getpid() if pid is None else pid):
-        return ()  # meant for another process (the one that started us)
+        return None  # meant for another process (the one that started us)
     count_text = env["LISTEN_FDS"]
-    if not count_text.isdigit() or not 0 < int(count_text) <= 64:
-        raise ValueError(f"socket activation: LISTEN_FDS={count_text!r} is not a count in 1..64")
+    if not count_text.isdigit() or not 0 < int(count_text) <= MAX_FDS:
+        raise ValueError(
+            f"socket activation: LISTEN_FDS={count_text!r} is not a count in 1..{MAX_FDS}"
+        )
     count = int(count_text)
     names = env["LISTEN_FDNAMES"].split(":") if env.get("LISTEN_FDNAMES") else []
     if names and len(names) != count:
         raise ValueError(
             f"socket activation: LISTEN_FDNAMES has {len(names)} names for {count} descriptors"
         )
-    sockets: list[InheritedSocket] = []
-    for i in range(count):
+    out = [names[i] if names else "rtr" for i in range(count)]
+    # systemd's names for an unnamed socket
+    return ["rtr" if name in ("", "unknown", "stored") else name for name in out]
+
+
+def adopted_connections(
+    environ: Mapping[str, str] | None = None, pid: int | None = None
+) -> tuple[AdoptedConnection, ...]:
+    """The router connections handed to this process (``router``/``router-vN``)."""
+    names = _passed_names(environ, pid) or []
+    out: list[AdoptedConnection] = []
+    for i, name in enumerate(names):
+        version = _router_version(name)
+        if version is False:
+            continue
         fd = SD_LISTEN_FDS_START + i
-        name = names[i] if names else "rtr"
-        if name in ("", "unknown", "stored"):
-            name = "rtr"  # systemd's names for an unnamed socket
+        sock = socket.socket(fileno=fd)
+        try:
+            if sock.type != socket.SOCK_STREAM or sock.getsockopt(
+                socket.SOL_SOCKET, socket.SO_ACCEPTCONN
+            ):
+                raise ValueError(f"descriptor {fd} ({name}) is not a connected TCP socket")
+            host, port = sock.getpeername()[:2]
+            local_port = int(sock.getsockname()[1])
+        except OSError as exc:
+            raise ValueError(f"descriptor {fd} ({name}): {exc.strerror or exc}") from None
+        finally:
+            sock.detach()
+        out.append(AdoptedConnection(fd, version, str(host), int(port), local_port, _known(name)))
+    return tuple(out)
+
+
+def inherited_sockets(
+    environ: Mapping[str, str] | None = None, pid: int | None = None
+) -> tuple[InheritedSocket, ...]:
+    """The sockets systemd passed to this process (none without LISTEN_FDS); raises ValueError."""
+    names = _passed_names(environ, pid)
+    if names is None:
+        return ()
+    sockets: list[InheritedSocket] = []
+    for i, name in enumerate(names):
+        fd = SD_LISTEN_FDS_START + i
+        if _router_version(name) is not False:
+            continue  # a handed-over router connection (`adopted_connections`)
         if name not in NAMES:
             known = ", ".join(NAMES)
             raise ValueError(

@@ -1,0 +1,53 @@
+"""`ServerSession.adopt`: a session handed over by the previous process image starts at its
+version; Serial Notify carries the router's own session id and another serial until it got a
+response here; its Serial Query with that id gets Cache Reset, its Reset Query the table."""
+
+from __future__ import annotations
+
+import pytest
+
+from rtr_protocol import SendCacheReset, SendFull, ServerSession
+from rtr_protocol.pdu import SerialNotify
+from rtr_protocol.pdu_decode import decode
+from snapshot import Serial
+from tests.protocol.test_session import STATE_A, act, feed
+from tests.server.rtr_client import reset_query, serial_query
+
+OLD_ID = 0x4444
+
+
+def notify_of(session: ServerSession) -> SerialNotify:
+    data = session.serial_notify(STATE_A)
+    assert data is not None
+    pdu = decode(data)
+    assert isinstance(pdu, SerialNotify)
+    return pdu
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_adopted_session_is_told_its_own_id_then_reset(version: int) -> None:
+    session = ServerSession()
+    session.adopt(version, (OLD_ID, STATE_A.serial))
+    assert session.may_notify
+    notify = notify_of(session)
+    # The router's id, and a serial other than the one it holds (equal ones are skipped).
+    assert (notify.version, notify.session_id) == (version, OLD_ID)
+    assert notify.serial == int(STATE_A.serial.add(1))
+    feed(session, serial_query(version, OLD_ID, int(STATE_A.serial)))
+    assert isinstance(act(session, STATE_A), SendCacheReset)
+    feed(session, reset_query(version))
+    full = act(session, STATE_A)
+    assert isinstance(full, SendFull)
+    session.response_sent()
+    # From the first response on: the new ids, as for any session.
+    assert notify_of(session).session_id == STATE_A.session_ids.for_version(version)
+
+
+def test_adopted_without_data_notifies_the_new_id_and_refuses_a_late_adopt() -> None:
+    session = ServerSession()
+    session.adopt(1)
+    assert notify_of(session).session_id == STATE_A.session_ids.for_version(1)
+    with pytest.raises(RuntimeError):
+        session.adopt(1)
+    with pytest.raises(ValueError, match="outside"):
+        ServerSession(max_version=1).adopt(2, (OLD_ID, Serial(0)))
