@@ -37,11 +37,11 @@ from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.admission import Admission
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
-from rtr_server.session_log import log_close
 from rtr_server.handover import adopt_connections
 from rtr_server.open_listeners import open_listeners
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import HeldAnswer, ServerStats
+from rtr_server.session_log import log_close
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.ssh import SshService
 from rtr_server.tcp_auth import rekey
