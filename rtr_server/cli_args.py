@@ -67,9 +67,10 @@ signals:
                    --config, SIGHUP only logs that there is nothing to reload.
   SIGUSR2          restart without losing routers: re-execute the same command in the same
                    process, handing over the listening sockets and every idle plain-TCP router
-                   connection (they get a Serial Notify with the new session id at the first
-                   publish); the --state file is closed as at a stop first. TLS and SSH
-                   sessions are closed. Under systemd: systemctl kill -s USR2 rtr-serve.
+                   connection (at the first publish each gets a Serial Notify, then Cache
+                   Reset and the table under new session ids); the --state file is closed as
+                   at a stop first. TLS and SSH sessions are closed. Under systemd:
+                   systemctl kill -s USR2 rtr-serve.
 
 logging:
   One line per event on standard error: router session open and close (peer, version,
