@@ -214,7 +214,7 @@ class ServerSession:
             raise ValueError(f"version {version} is outside {self.min_version}..{self.max_version}")
         self._version = version
         self._state = SessionState.IDLE
-        self._session_id, self._adopted = (None, None) if known is None else (known[0], known)
+        self._adopted = known  # not `_session_id`: any id the router sends gets Cache Reset
 
     # ----------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:

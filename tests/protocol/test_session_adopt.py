@@ -35,6 +35,9 @@ def test_adopted_session_is_told_its_own_id_then_reset(version: int) -> None:
     assert notify.serial == int(STATE_A.serial.add(1))
     feed(session, serial_query(version, OLD_ID, int(STATE_A.serial)))
     assert isinstance(act(session, STATE_A), SendCacheReset)
+    # Any other id gets Cache Reset too (OpenBGPD 7.7 sent 65535 after the Cache Reset).
+    feed(session, serial_query(version, 0xFFFF, 0))
+    assert isinstance(act(session, STATE_A), SendCacheReset)
     feed(session, reset_query(version))
     full = act(session, STATE_A)
     assert isinstance(full, SendFull)
