@@ -129,17 +129,14 @@ class FileSource(HoldsExports):
         A look happens every ``poll_interval`` seconds and, with ``watch``, as soon as the
         export's directory reports a change to the export.
         """
-        if not self.watch:
-            while True:
-                await self.check(sink)
-                await anyio.sleep(self.poll_interval)
-        woken = anyio.Event()
+        woken = anyio.Event()  # set by the watch only; without one, each wait is the interval
 
         def wake() -> None:
             woken.set()
 
         async with anyio.create_task_group() as tg:
-            tg.start_soon(watch_file, self.path, self.status, wake, self.poll_interval)
+            if self.watch:
+                tg.start_soon(watch_file, self.path, self.status, wake, self.poll_interval)
             while True:
                 await self.check(sink)
                 with anyio.move_on_after(self.poll_interval):

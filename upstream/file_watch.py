@@ -3,10 +3,11 @@
 The directory holding the export is watched (not the file: an export replaced by rename is a new
 inode), and only events for the export's own name count. Changes are grouped until the
 directory has been quiet for `QUIET_MS` (at most `DEBOUNCE_MS`), so a writer's burst wakes the
-source once. Where no watch can be set up (the directory is missing, the kernel's watch limit is
-reached, a file system without events), `watch_file` says so once and returns: the source's
-poll interval goes on alone. Polling stays on beside the watch in any case, as the safety net
-for file systems whose changes raise no events (network mounts).
+source once. A directory that does not exist yet is looked for again every poll interval (one
+warning) and watched once it exists. Where no watch can be set up (the kernel's watch limit is
+reached, another failure of the notify backend), `watch_file` says so once and returns: the
+source's poll interval goes on alone. Polling stays on beside the watch in any case, as the
+safety net for file systems whose changes raise no events (network mounts).
 """
 
 from __future__ import annotations
