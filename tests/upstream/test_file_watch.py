@@ -61,12 +61,19 @@ async def watching(seen: Seen) -> None:
     await anyio.sleep(0.2)  # the watch thread has registered its inotify watch by now
 
 
-async def test_a_replaced_export_is_read_at_once(tmp_path: Path) -> None:
-    path = tmp_path / "export.json"
+@asynccontextmanager
+async def loaded_and_watched(path: Path) -> AsyncIterator[Seen]:
+    """A watching source that has read `V1` from ``path`` and set up its watch."""
     write_atomically(path, export(V1))
     async with running(path) as seen:
         await seen.count(1)
         await watching(seen)
+        yield seen
+
+
+async def test_a_replaced_export_is_read_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "export.json"
+    async with loaded_and_watched(path) as seen:
         started = time.monotonic()
         write_atomically(path, export(V2))
         await seen.count(2, limit=3.0)
@@ -106,10 +113,7 @@ async def test_without_the_watch_only_the_poll_interval_looks(tmp_path: Path) ->
 
 async def test_other_files_in_the_directory_are_not_read(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
-    write_atomically(path, export(V1))
-    async with running(path) as seen:
-        await seen.count(1)
-        await watching(seen)
+    async with loaded_and_watched(path) as seen:
         read = seen.source.status.bytes_read
         for i in range(5):
             (tmp_path / f"other-{i}.json").write_bytes(export(V2))
@@ -175,11 +179,8 @@ async def test_a_watch_that_cannot_be_set_up_leaves_polling_and_says_so(
 
 async def test_a_cancelled_source_stops_its_watch_at_once(tmp_path: Path) -> None:
     path = tmp_path / "export.json"
-    write_atomically(path, export(V1))
     with anyio.fail_after(5):
-        async with running(path) as seen:
-            await seen.count(1)
-            await watching(seen)
+        async with loaded_and_watched(path):
             started = time.monotonic()
     # The watch thread is stopped by its flag, not by its 5 s timeout.
     assert time.monotonic() - started < 1.0
