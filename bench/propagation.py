@@ -15,7 +15,7 @@ from collections.abc import Callable
 import anyio
 from anyio.abc import SocketStream
 
-__all__ = ["propagation"]
+__all__ = ["RESET_QUERY_V1", "propagation", "serial_query"]
 
 SERIAL_NOTIFY = 0
 CACHE_RESET = 8

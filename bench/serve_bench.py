@@ -44,12 +44,11 @@ import anyio
 from anyio.abc import SocketStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.propagation import propagation
+from bench.propagation import RESET_QUERY_V1, propagation, serial_query
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
 EXPECTED_VRPS = 723_521
-RESET_QUERY_V1 = bytes([1, 2, 0, 0, 0, 0, 0, 8])
 
 
 def free_port() -> int:
@@ -162,11 +161,11 @@ async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], pl
     try:
         data = await wait_serving(port, t0 + 120, expected)
         result.start_to_serving = time.monotonic() - t0
+        serial = int.from_bytes(data[-16:-12], "big")  # the End of Data's serial
+        session = data[2:4]  # the Cache Response's session id
         if idle:
             # First, so that no dump's transient buffers are released while it measures.
-            serial = int.from_bytes(data[-16:-12], "big")  # the End of Data's serial
-            session = data[2:4]  # the Cache Response's session id
-            query = bytes([1, 1]) + session + (12).to_bytes(4, "big") + serial.to_bytes(4, "big")
+            query = serial_query(session, serial)
             result.idle_kib_per_session = await idle_sessions(proc.pid, port, idle, query)
         best = float("inf")
         for _ in range(3):
@@ -183,8 +182,7 @@ async def measure(name: str, start: Callable[[int], subprocess.Popen[bytes]], pl
                     tg.start_soon(dump, port)
             result.concurrent[n] = time.monotonic() - t
         if plan.routers:
-            serial = int.from_bytes(data[-16:-12], "big")
-            result.propagation = await propagation(port, plan.routers, data[2:4], serial, plan.swap)
+            result.propagation = await propagation(port, plan.routers, session, serial, plan.swap)
         result.peak_rss_mib = rss_kib(proc.pid, "VmHWM") / 1024
     finally:
         proc.terminate()
