@@ -22,7 +22,6 @@ import anyio
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from upstream.clock import Clock
 from upstream.decompress import decompress
-from upstream.file_watch import watch_file
 from upstream.format_error import FormatError
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS, parse_export
 from upstream.payload import SourcePayload
@@ -136,6 +135,10 @@ class FileSource(HoldsExports):
 
         async with anyio.create_task_group() as tg:
             if self.watch:
+                # watchfiles is compiled: loaded only for a watch, so that the state's readers
+                # under other interpreters need only pure-Python dependencies (P-38).
+                from upstream.file_watch import watch_file
+
                 tg.start_soon(watch_file, self.path, self.status, wake, self.poll_interval)
             while True:
                 await self.check(sink)

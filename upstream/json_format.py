@@ -30,7 +30,7 @@ import socket
 from array import array
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from snapshot.model import Aspa, PayloadError, RouterKey
 from snapshot.packed import V4_KEY_SIZE, V6_KEY_SIZE
@@ -42,8 +42,10 @@ from upstream.json_fields import (
     time_value,
     vrp_key,
 )
-from upstream.json_typed import UNSET, Roa, decode_typed
 from upstream.payload import SourcePayload
+
+if TYPE_CHECKING:
+    from upstream.json_typed import Roa
 
 __all__ = [
     "DEFAULT_MAX_ASPA_PROVIDERS",
@@ -92,8 +94,14 @@ class _AspaAt:
 _SECTION_AFI: Final = {"provider_authorizations.ipv4": 1, "provider_authorizations.ipv6": 2}
 
 
-def _packed_key(prefix: str, asn: int, max_length: object) -> bytes | None:
-    """The packed key of a VRP of the common shape (``max_length`` an int or `UNSET`).
+#: A ``maxLength`` the hooked read did not find (the typed read has its own, msgspec's).
+_ABSENT: Final = object()
+
+
+def _packed_key(
+    prefix: str, asn: int, max_length: object, absent: object = _ABSENT
+) -> bytes | None:
+    """The packed key of a VRP of the common shape (``max_length`` an int or ``absent``).
 
     None when it is not valid that way: the general read then names what is wrong.
     """
@@ -101,7 +109,7 @@ def _packed_key(prefix: str, asn: int, max_length: object) -> bytes | None:
     length = _LENGTHS.get(length_text)
     if length is None:
         return None
-    if max_length is UNSET:
+    if max_length is absent:
         max_length = length
     if type(max_length) is not int or not 0 <= length <= max_length or asn >> 32 or asn < 0:
         return None
@@ -184,10 +192,12 @@ class _Collector:
         expires = obj.get("expires")
         if type(asn) is not int or type(expires) is not int or type(prefix) is not str:
             return False
-        return self.add_packed(prefix, asn, obj.get("maxLength", UNSET), expires)
+        return self.add_packed(prefix, asn, obj.get("maxLength", _ABSENT), expires)
 
-    def add_typed(self, roas: list[Roa]) -> bool:
-        """Pack every typed entry (`upstream.json_typed`), emptying ``roas``.
+    def add_typed(self, roas: list[Roa], unset: object) -> bool:
+        """Pack every typed entry (`upstream.json_typed`, ``unset`` its absent ``maxLength``).
+
+        ``roas`` is emptied.
 
         False at the first entry that needs a look: the caller then reads the document the
         general way. The structs are taken from the end, each freed once packed (the order
@@ -197,7 +207,7 @@ class _Collector:
         count = len(roas)
         while roas:
             roa = pop()
-            key = packed(roa.prefix, roa.asn, roa.maxLength)
+            key = packed(roa.prefix, roa.asn, roa.maxLength, unset)
             if key is None:
                 return False
             if key in vrps:
@@ -326,11 +336,15 @@ def parse_export(
         FormatError: the document is not JSON of a known shape, or an entry is invalid; the
             message names the entry (section[index]), the field and the value.
     """
-    typed = decode_typed(data)
+    # msgspec is compiled: loaded at the first parse, not by every importer of the package
+    # (the state's readers under other interpreters need only pure-Python dependencies, P-38).
+    from upstream import json_typed
+
+    typed = json_typed.decode_typed(data)
     if typed is not None:
         fast = _Collector(max_aspa_providers)
         count = len(typed.roas)
-        if fast.add_typed(typed.roas):
+        if fast.add_typed(typed.roas, json_typed.UNSET):
             payload = _hooked(typed.rest, fast, count)
             if payload is not None:
                 return payload

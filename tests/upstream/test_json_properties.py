@@ -192,7 +192,7 @@ def test_slow_path_agrees_with_fast_path(
 
     with (
         mock.patch.object(json_format, "_slow_path", wraps=json_format._slow_path) as spy,
-        mock.patch("upstream.json_format.decode_typed", wraps=decode_typed) as typed,
+        mock.patch("upstream.json_typed.decode_typed", wraps=decode_typed) as typed,
     ):
         fast = parse_export(json.dumps(doc))
         assert spy.call_count == 0, "a well-formed document took the slow path"
@@ -245,7 +245,7 @@ def test_a_bad_entry_is_refused_with_the_message_of_the_general_read(
     else:
         raise AssertionError(f"{bad} was accepted")
     with (
-        mock.patch("upstream.json_format.decode_typed", return_value=None),
+        mock.patch("upstream.json_typed.decode_typed", return_value=None),
         pytest.raises(FormatError) as general,
     ):
         parse_export(text)
@@ -261,7 +261,7 @@ def test_the_real_table_takes_the_typed_read() -> None:
         typed = parse_export(data)
     assert hooked.call_count == 1  # the small rest only
     assert len(hooked.call_args.args[0]) < 100_000
-    with mock.patch("upstream.json_format.decode_typed", return_value=None):
+    with mock.patch("upstream.json_typed.decode_typed", return_value=None):
         assert parse_export(data) == typed
     counts = typed.counts()
     assert counts["vrp_v4"] + counts["vrp_v6"] > 700_000
