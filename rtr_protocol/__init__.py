@@ -76,7 +76,8 @@ from rtr_protocol.pdu import (
     encode,
 )
 from rtr_protocol.pdu_decode import decode
-from rtr_protocol.session import ServerSession, SessionState
+from rtr_protocol.session import ServerSession
+from rtr_protocol.session_state import SessionState
 
 __all__ = [
     "ANNOUNCE",

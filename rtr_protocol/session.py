@@ -32,7 +32,6 @@ exist in that version closes the session without an Error Report.
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar
 
@@ -61,6 +60,8 @@ from rtr_protocol.encoder import (
 from rtr_protocol.errors import RtrProtocolError
 from rtr_protocol.framer import NEED_DATA, NeedData, PduFramer
 from rtr_protocol.pdu import ErrorReport, Pdu, ResetQuery, SerialQuery
+from rtr_protocol.session_handover import HandoverAdoption
+from rtr_protocol.session_state import SessionState
 from snapshot import Serial
 
 if TYPE_CHECKING:
@@ -71,29 +72,14 @@ if TYPE_CHECKING:
 HELD_BUFFER_LIMIT = 65_536
 
 
-class SessionState(enum.Enum):
-    """Where a `ServerSession` is in its life."""
-
-    #: Fresh connection: no query yet, protocol version not negotiated.
-    AWAITING_QUERY = enum.auto()
-    #: Version negotiated; waiting for the next query.
-    IDLE = enum.auto()
-    #: A SendFull/SendDelta was handed out; the I/O layer is writing it.
-    RESPONDING = enum.auto()
-    #: A query came while there was no data (`Hold`); it is answered at the first data.
-    HELD = enum.auto()
-    #: Finished: a Close was handed out (or `goodbye` was called).
-    CLOSED = enum.auto()
-
-
 _Handler = Callable[["ServerSession", Pdu, "PublishedState | None"], Action]
 
 
 # ------------------------------------------------------------------------------- session
 
 
-class ServerSession:
-    """The cache side of one RTR connection.
+class ServerSession(HandoverAdoption):
+    """The cache side of one RTR connection (`HandoverAdoption`: one handed over).
 
     Args:
         max_version: highest protocol version offered; the Error 4 reply carries it.
@@ -104,7 +90,6 @@ class ServerSession:
     """
 
     __slots__ = (
-        "_adopted",
         "_close_detail",
         "_close_reason",
         "_framer",
@@ -147,7 +132,8 @@ class ServerSession:
         self._no_data_sent = False
         self._close_reason = CloseReason.UNKNOWN
         self._close_detail = ""
-        self._adopted: tuple[int, Serial] | None = None
+        self._adopted = None
+        self._adopt_reset = None
 
     # ----------------------------------------------------------------- read-only views
     @property
@@ -204,9 +190,8 @@ class ServerSession:
     def adopt(self, version: int, known: tuple[int, Serial] | None = None) -> None:
         """Start at ``version`` (handed over); RuntimeError if started, ValueError: bad version.
 
-        ``known``: the router's (session id, serial). Until a response here, Serial Notify
-        carries that id and another serial (OpenBGPD 7.7 checks the id, BIRD 2.0 and GoBGP
-        skip an equal serial); the Serial Query then gets Cache Reset (old id).
+        ``known``: the router's (session id, serial), None when it holds no data of ours; what
+        such a router is sent first is `rtr_protocol.session_handover`'s.
         """
         if self._state is not SessionState.AWAITING_QUERY or self._framer.buffered:
             raise RuntimeError("adopt() after the session started")
@@ -254,6 +239,8 @@ class ServerSession:
             if self._framer.eof:
                 return self._close(CloseReason.PEER_CLOSED, "peer closed")
             return NEED_DATA
+        if self._adopt_reset == "sent":
+            self._adopt_reset = "asked"
         if (
             self._version is not None
             and pdu.version != self._version
@@ -316,9 +303,7 @@ class ServerSession:
             return None
         version = self._version
         if self._adopted is not None and self._last_serial is None:
-            old_id, old_serial = self._adopted
-            serial = state.serial if state.serial != old_serial else old_serial.add(1)
-            return encode_serial_notify(version, old_id, serial)
+            return self._adopted_notify(version, state)
         return encode_serial_notify(version, state.session_ids.for_version(version), state.serial)
 
     def goodbye(self, code: ErrorCode, text: str = "") -> bytes:

@@ -51,6 +51,9 @@ from rtr_server.settings import ShutdownNotice
 log = logging.getLogger(__name__)
 
 RECEIVE_SIZE = 65_536
+#: How long a router kept through a handover has to answer our unasked Cache Reset before it
+#: is sent a Serial Notify too (`rtr_protocol.session_handover`); BIRD and GoBGP ask in ms.
+HANDOVER_NOTIFY_AFTER = 1.0
 
 
 class WriteStalledError(Exception):
@@ -75,6 +78,7 @@ class RtrConnection:
     __slots__ = (
         "_aligned",
         "_evicted",
+        "_follow_up_at",
         "_handing_over",
         "_notify_wanted",
         "_on_query",
@@ -121,6 +125,8 @@ class RtrConnection:
         self._notify_wanted = False
         #: When this session was last sent a Serial Notify (event-loop time; -inf: never).
         self.notified_at = -math.inf
+        #: When a kept router that has not answered our unasked Cache Reset gets a Notify.
+        self._follow_up_at = math.inf
         self._receive_scope: anyio.CancelScope | None = None
         #: False while a write is cut short mid-PDU: nothing more may be sent then.
         self._aligned = True
@@ -220,13 +226,16 @@ class RtrConnection:
                     elif session.version is None:
                         deadline = query_deadline
                     else:
-                        deadline = math.inf
+                        deadline = self._follow_up_at
                     data = await self._receive(deadline)
                     if data is None:
                         if self._evicted:
                             raise _EvictedError
                         if session.version is None and anyio.current_time() >= deadline:
                             raise _QueryTimeoutError
+                        if anyio.current_time() >= self._follow_up_at:
+                            self._follow_up_at = math.inf
+                            self._notify_wanted = session.awaits_reset_query
                         continue  # woken (notify, publish) or the hold time is up
                     self.stats.bytes_received += len(data)
                     session.receive_data(data)
@@ -293,6 +302,13 @@ class RtrConnection:
         self._notify_wanted = False
         state = self.server.state
         if state is None or self.session.last_serial == state.serial:
+            return
+        reset = self.session.handover_reset()
+        if reset is not None:
+            log.info("router %s: kept through the handover: Cache Reset sent unasked", self.peer)
+            self.server.stats.cache_resets += 1
+            self._follow_up_at = anyio.current_time() + HANDOVER_NOTIFY_AFTER
+            await self._write(reset)
             return
         data = self.session.serial_notify(state)
         if data is not None:

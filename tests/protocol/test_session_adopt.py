@@ -1,12 +1,13 @@
 """`ServerSession.adopt`: a session handed over by the previous process image starts at its
-version; Serial Notify carries the router's own session id and another serial until it got a
-response here; its Serial Query with that id gets Cache Reset, its Reset Query the table."""
+version; a router holding data is sent one unasked Cache Reset (`handover_reset`); Serial Notify
+carries the router's own session id and another serial until it got a response here; its Serial
+Query with that id gets Cache Reset, its Reset Query the table."""
 
 from __future__ import annotations
 
 import pytest
 
-from rtr_protocol import SendCacheReset, SendFull, ServerSession
+from rtr_protocol import CacheReset, SendCacheReset, SendFull, ServerSession
 from rtr_protocol.pdu import SerialNotify
 from rtr_protocol.pdu_decode import decode
 from snapshot import Serial
@@ -54,3 +55,43 @@ def test_adopted_without_data_notifies_the_new_id_and_refuses_a_late_adopt() -> 
         session.adopt(1)
     with pytest.raises(ValueError, match="outside"):
         ServerSession(max_version=1).adopt(2, (OLD_ID, Serial(0)))
+
+
+def awaits(session: ServerSession) -> bool:
+    """`ServerSession.awaits_reset_query`, read anew (not narrowed by an earlier assert)."""
+    return session.awaits_reset_query
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_a_kept_router_is_sent_one_unasked_cache_reset(version: int) -> None:
+    session = ServerSession()
+    session.adopt(version, (OLD_ID, STATE_A.serial))
+    assert not awaits(session)
+    reset = session.handover_reset()
+    assert reset is not None
+    assert decode(reset) == CacheReset(version)
+    assert awaits(session)
+    assert session.handover_reset() is None  # once
+    # A router that ignores it is told by Serial Notify, still in its own id.
+    assert notify_of(session).session_id == OLD_ID
+    assert awaits(session)
+    feed(session, reset_query(version))
+    full = act(session, STATE_A)
+    assert isinstance(full, SendFull)
+    assert not awaits(session)  # it asked
+    session.response_sent()
+    assert session.handover_reset() is None
+
+
+def test_no_unasked_cache_reset_without_data_or_inside_a_response() -> None:
+    fresh = ServerSession()
+    fresh.adopt(1)  # it holds nothing of ours: the Notify under the new id is enough
+    assert fresh.handover_reset() is None
+    assert ServerSession().handover_reset() is None  # not adopted, not negotiated
+    busy = ServerSession()
+    busy.adopt(1, (OLD_ID, STATE_A.serial))
+    feed(busy, reset_query(1))
+    assert isinstance(act(busy, STATE_A), SendFull)
+    assert busy.handover_reset() is None  # RESPONDING
+    busy.response_sent()
+    assert busy.handover_reset() is None  # it has the new table

@@ -1,6 +1,7 @@
 """``kill -USR2`` on a real rtr-serve: a plain-TCP router keeps its connection through the
-re-exec (same PID), gets a Serial Notify with a new session id once the new image published,
-its Serial Query with the old id gets Cache Reset and its Reset Query the table; a TLS router
+re-exec (same PID) and gets an unasked Cache Reset once the new image published; its Reset Query
+gets the table under a new session id, and a router that ignores the Cache Reset gets a Serial
+Notify a second later (its own id), Cache Reset to its Serial Query, then the table; a TLS router
 is closed; with --state the recovered state is what is announced; when the exec fails the
 process serves on with the router still connected. asyncio and trio."""
 
@@ -15,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import sysconfig
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,6 +24,7 @@ from pathlib import Path
 import pytest
 
 from rtr_protocol import CacheReset, ErrorReport, PduFramer, SerialNotify
+from rtr_server.connection import HANDOVER_NOTIFY_AFTER
 from tests.server.helpers import RouterState, base_export, expected_state, write_export
 from tests.server.rtr_client import reset_query, serial_query
 from tests.server.test_cli import free_port, read_full_response, read_pdu
@@ -65,10 +68,27 @@ def _session_of(framer: PduFramer) -> int:
     return int.from_bytes(framer.last_pdu_bytes[2:4], "big")
 
 
-def _survives(sock: socket.socket, framer: PduFramer, session: int, serial: int) -> None:
-    """After SIGUSR2: Serial Notify (the router's id, another serial), Cache Reset for the
-    old id, then the table under a new session id."""
+def _survives(sock: socket.socket, framer: PduFramer, session: int) -> None:
+    """After SIGUSR2, as BIRD and GoBGP: an unasked Cache Reset, at once a Reset Query, the
+    table under a new session id."""
+    reset = read_pdu(sock, framer)
+    assert isinstance(reset, CacheReset), reset
+    sock.sendall(reset_query(2))
+    _, payload = read_full_response(sock, framer)
+    assert _session_of(framer) != session
+    assert RouterState().apply(payload) == expected_state(base_export(), 2)
+
+
+def _survives_ignoring_the_reset(
+    sock: socket.socket, framer: PduFramer, session: int, serial: int
+) -> None:
+    """As RTRlib, which ignores a Cache Reset it did not ask for: a Serial Notify about a second
+    later (the router's id, another serial), Cache Reset to its Serial Query, then the table."""
+    reset = read_pdu(sock, framer)
+    assert isinstance(reset, CacheReset), reset
+    reset_at = time.monotonic()
     notify = read_pdu(sock, framer)
+    assert time.monotonic() - reset_at >= HANDOVER_NOTIFY_AFTER * 0.9
     assert isinstance(notify, SerialNotify), notify
     assert (notify.session_id, notify.serial) == (session, serial + 1)
     sock.sendall(serial_query(2, session, serial))
@@ -78,6 +98,16 @@ def _survives(sock: socket.socket, framer: PduFramer, session: int, serial: int)
     _, payload = read_full_response(sock, framer)
     assert _session_of(framer) != session
     assert RouterState().apply(payload) == expected_state(base_export(), 2)
+
+
+def _nothing_more(sock: socket.socket) -> None:
+    """No PDU is waiting (the router that asked at once got no Serial Notify after)."""
+    sock.setblocking(False)
+    try:
+        with pytest.raises(BlockingIOError):
+            sock.recv(1)
+    finally:
+        sock.setblocking(True)
 
 
 @pytest.mark.parametrize("state", [False, True], ids=["memory", "state"])
@@ -90,15 +120,18 @@ def test_a_tcp_router_keeps_its_connection_through_sigusr2(
     port = free_port()
     more = ["--state", f"sqlite:{tmp_path / 'state.db'}"] if state else []
     with rtr_serve(*_args(export, port, backend, *more)) as (proc, log):
-        sock = _connect(port, log)
-        with sock:
-            framer = PduFramer()
-            session, serial = _first_table(sock, framer)
+        sock, deaf = _connect(port, log), _connect(port, log)
+        with sock, deaf:
+            framer, deaf_framer = PduFramer(), PduFramer()
+            session, _ = _first_table(sock, framer)
+            deaf_session, deaf_serial = _first_table(deaf, deaf_framer)
             idle = socket.create_connection(("127.0.0.1", port), timeout=5.0)  # no query yet
-            log.wait_for(lambda e: e.get("msg", "").count("connected") and "(2 conn" in e["msg"])
+            log.wait_for(lambda e: e.get("msg", "").count("connected") and "(3 conn" in e["msg"])
             pid = proc.pid
             proc.send_signal(signal.SIGUSR2)
-            _survives(sock, framer, session, serial)
+            _survives(sock, framer, session)
+            _survives_ignoring_the_reset(deaf, deaf_framer, deaf_session, deaf_serial)
+            _nothing_more(sock)
             with idle:
                 idle_framer = PduFramer()
                 idle.sendall(reset_query(1))
@@ -107,9 +140,9 @@ def test_a_tcp_router_keeps_its_connection_through_sigusr2(
             assert proc.poll() is None
             assert proc.pid == pid
     closes = [e for e in log.events("session_close") if e["reason_class"] == "handed_over"]
-    assert len(closes) == 2, closes
+    assert len(closes) == 3, closes
     kept = [e for e in log.events("session_open") if "kept through the restart" in e["msg"]]
-    assert len(kept) == 2, kept
+    assert len(kept) == 3, kept
     assert any("at version 2" in e["msg"] for e in kept)
     assert any("before its first query" in e["msg"] for e in kept)
     if state:  # the new image served the recovered state first, under new session ids
@@ -144,11 +177,11 @@ def test_a_tls_router_is_closed_and_a_tcp_router_kept(tmp_path: Path, backend: s
         raw = socket.create_connection(("127.0.0.1", tls_port), timeout=5.0)
         with sock, context.wrap_socket(raw, server_hostname="localhost") as tls_sock:
             framer, tls_framer = PduFramer(), PduFramer()
-            session, serial = _first_table(sock, framer)
+            session, _ = _first_table(sock, framer)
             tls_sock.sendall(reset_query(2))
             read_full_response(tls_sock, tls_framer)
             proc.send_signal(signal.SIGUSR2)
-            _survives(sock, framer, session, serial)
+            _survives(sock, framer, session)
             # The TLS session was told Cache Restart and closed; the TLS listener serves on.
             goodbye = read_pdu(tls_sock, tls_framer)
             assert isinstance(goodbye, ErrorReport), goodbye
@@ -182,10 +215,10 @@ def test_a_failed_exec_keeps_serving(tmp_path: Path, backend: str) -> None:
             sock = _connect(port, log)
             with sock:
                 framer = PduFramer()
-                session, serial = _first_table(sock, framer)
+                session, _ = _first_table(sock, framer)
                 python.unlink()
                 proc.send_signal(signal.SIGUSR2)
-                _survives(sock, framer, session, serial)
+                _survives(sock, framer, session)
                 assert proc.poll() is None
     finally:
         os.environ["PYTHONPATH"] = old

@@ -1,0 +1,69 @@
+"""`HandoverAdoption`: what a `ServerSession` handed over by the previous process image says first.
+
+A router kept through a re-execution (``kill -USR2``) still holds the data of the old process,
+under a session id this process does not use (a restart makes new ids, contract P-54). It must
+be brought to a Reset Query without waiting for a timer of its own, and what makes each router
+ask differs:
+
+* BIRD (2.0 and 2.17) resets at once on a Cache Reset that comes while it is established, but
+  answers a Cache Reset to its own Serial Query only after its retry interval (600 s by
+  default, or the Retry Interval we sent).
+* GoBGP sends a Reset Query on any Cache Reset; OpenBGPD on one while idle, after its random
+  wait of up to 9 s.
+* RTRlib (FRR, rtrclient) ignores a Cache Reset it did not ask for, and asks on a Serial
+  Notify.
+
+So at the first data the session sends a Cache Reset unasked (`handover_reset`); a router that
+sends nothing within a short wait (the I/O layer's) gets a Serial Notify. Until a response
+here, that Notify carries the router's own session id and another serial (OpenBGPD 7.7 checks
+the id, BIRD 2.0 and GoBGP skip an equal serial), and any Serial Query gets Cache Reset.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rtr_protocol.encoder import encode_cache_reset, encode_serial_notify
+from rtr_protocol.session_state import SessionState
+
+if TYPE_CHECKING:
+    from snapshot import PublishedState, Serial
+
+__all__ = ["HandoverAdoption"]
+
+
+class HandoverAdoption:
+    """The handover part of `ServerSession` (its attributes live in the session's slots)."""
+
+    #: ``_adopt_reset``: None; "sent" with the unasked Cache Reset; "asked" at the next PDU.
+    __slots__ = ("_adopt_reset", "_adopted")
+
+    _adopted: tuple[int, Serial] | None
+    _adopt_reset: str | None
+    _state: SessionState
+    _version: int | None
+    _last_serial: Serial | None
+
+    def handover_reset(self) -> bytes | None:
+        """The unasked Cache Reset for a router kept with data, once; None for any other.
+
+        Only between responses, and before any PDU or response here.
+        """
+        if self._adopted is None or self._adopt_reset is not None or self._last_serial is not None:
+            return None
+        if self._state is not SessionState.IDLE or self._version is None:
+            return None
+        self._adopt_reset = "sent"
+        return encode_cache_reset(self._version)
+
+    @property
+    def awaits_reset_query(self) -> bool:
+        """True after `handover_reset` until the router's next PDU."""
+        return self._adopt_reset == "sent"
+
+    def _adopted_notify(self, version: int, state: PublishedState) -> bytes:
+        """A Serial Notify in the router's old session id, with a serial other than its own."""
+        assert self._adopted is not None
+        old_id, old_serial = self._adopted
+        serial = state.serial if state.serial != old_serial else old_serial.add(1)
+        return encode_serial_notify(version, old_id, serial)
