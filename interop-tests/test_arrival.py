@@ -11,6 +11,7 @@ from __future__ import annotations
 import multiprocessing
 import re
 import shutil
+import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -25,7 +26,14 @@ from rtrclients.edgeset import write_a, write_b
 from rtrclients.lab import DAEMONS, Lab, daemons_running, replace_atomically, run_root, timelines
 from rtrclients.serverlog import peer_log, peer_name, published_at
 from rtrclients.vrps import Expected, expected_from_export
-from rtrserve import REAL_REFERENCE_TIME, REAL_TABLE, start_rtr_serve
+from rtrserve import (
+    REAL_REFERENCE_TIME,
+    REAL_TABLE,
+    RtrServe,
+    log_line_time,
+    start_rtr_serve,
+    wait_until,
+)
 
 pytestmark = [pytest.mark.interop, pytest.mark.timeout(600)]
 
@@ -35,6 +43,13 @@ REFERENCE = datetime.fromisoformat(REAL_REFERENCE_TIME.replace("Z", "+00:00")).t
 #: publish proves that no daemon waited for its retry timer. The issue's goal is 5 s; the
 #: measured times go to the summary table.
 BOUND = 60.0
+#: The issue's goal for a restart in place (``kill -USR2``), from the new image's first publish.
+GOAL = 5.0
+#: OpenBGPD waits a random 0-9 s before it acts on a Cache Reset and again on a Serial Notify
+#: (``arc4random_uniform(10)`` in rtr_proto.c, any cache): after our unasked Cache Reset, its
+#: Reset Query comes within 10 s, or, when its wait for our follow-up Notify (1 s later) ends
+#: first, its Serial Query gets Cache Reset and it waits once more: 1 + 10 + 10 s at most.
+GOALS = {"openbgpd": 21.0}
 
 
 @dataclass
@@ -135,24 +150,76 @@ class Restarts:
 
 
 def _timed(
-    lab: Lab, names: list[str], expected: Expected, since: float, phase: str
+    lab: Lab,
+    names: list[str],
+    expected: Expected,
+    since: float,
+    phase: str,
+    serial: int = 0,
+    *,
+    unchanged: bool = False,
 ) -> dict[str, float]:
-    """Wait until each daemon holds ``expected`` at serial 0; seconds from ``since``."""
+    """Wait until each daemon holds ``expected`` at ``serial``; seconds from ``since``.
+
+    ``unchanged``: the daemons held ``expected`` already (a restart with the same data), so
+    its counts tell nothing: the time is the daemon's own log of a completed sync, else when
+    rtr-serve sent it the full table, which is waited for first.
+    """
     out: dict[str, float] = {}
     for name in names:
         client = lab.clients[name]
-        seen = wait_holds(client, expected, HOLD_TIMEOUT, serial=0)
-        took = lab.held_time(name, expected, since, serial=0)
+        took = "?"
+        if unchanged:
+            peer = peer_name(lab.connection_port(name))
+
+            def sent(peer: str = peer) -> list[float]:
+                return [r.time for r in peer_log(lab.server, peer).resets if r.time >= since]
+
+            wait_until(lambda: bool(sent()), HOLD_TIMEOUT, f"{name}: the full table again")
+            own = client.own_sync_time(since, serial)
+            took = f"{own - since:.2f} (log)" if own is not None else ""
+            took = took or f"{sent()[0] - since:.2f} (sent)"
+        seen = wait_holds(client, expected, HOLD_TIMEOUT, serial=serial)
+        if not unchanged:
+            took = lab.held_time(name, expected, since, serial=serial)
         out[name] = float(took.split()[0]) if took != "?" else seen - since
         summary.record(name, **{phase: took})
     return out
 
 
+def _restart_in_place(server: RtrServe) -> tuple[float, int]:
+    """``kill -USR2`` (same PID, routers kept): when the new image first published, and the
+    serial it published."""
+    marker = "restarting (SIGUSR2)"
+    before = server.count(re.escape(marker))
+    pid = server.proc.pid
+    server.proc.send_signal(signal.SIGUSR2)
+    server.wait_log(re.escape(marker), 30, count=before + 1)
+
+    def first_publish() -> re.Match[str] | None:
+        lines = server.log.splitlines()
+        last = max(i for i, line in enumerate(lines) if marker in line)
+        for line in lines[last:]:
+            found = re.search(r"published serial (\d+)[ :]", line)
+            if found:
+                return found
+        return None
+
+    wait_until(lambda: first_publish() is not None, 60, "the first publish after SIGUSR2")
+    assert server.proc.poll() is None, server.log
+    assert server.proc.pid == pid
+    published = first_publish()
+    assert published is not None
+    return log_line_time(published.string), int(published.group(1))
+
+
 @pytest.fixture(scope="module")
 def restarts() -> Iterator[Restarts]:
     """(b) BIRD, FRR and GoBGP started before rtr-serve; then OpenBGPD and rtrclient; (c) rtr-serve
-    restarted on the same port without --state (new export B), then with --state (A again,
-    recovered from the first run's state before its source is read)."""
+    stopped and started on the same port without --state (new export B), restarted in place
+    with ``kill -USR2`` (export A, the routers keep their connections), stopped and started
+    with --state (export B: A recovered from the first run's state first, then B as serial 1),
+    and restarted in place with --state (export B unchanged: served as recovered)."""
     run_dir = run_root() / "arrival-restarts"
     run_dir.mkdir()
     served = run_dir / "served.json"
@@ -191,20 +258,40 @@ def restarts() -> Iterator[Restarts]:
         assert since is not None
         took["restart"] = _timed(lab, DAEMONS, b, since, "arrival_restart")
 
-        second.stop()  # (c) with --state: export A recovered at start
-        replace_atomically(run_dir / "export-a.json", served)
+        replace_atomically(run_dir / "export-a.json", served)  # read by the new image
+        since, serial = _restart_in_place(second)
+        took["usr2"] = _timed(lab, DAEMONS, a, since, "arrival_usr2", serial=serial)
+
+        second.stop()  # (c) with --state: export A recovered at start, then export B
+        replace_atomically(run_dir / "export-b.json", served)
         third = stack.enter_context(
             start_rtr_serve(served, run_dir / "third", port=port, extra=state)
         )
         lab.server = third
         since = third.first_time(r"listening for routers")
         assert since is not None
-        took["state"] = _timed(lab, DAEMONS, a, since, "arrival_state")
+        took["state"] = _timed(lab, DAEMONS, b, since, "arrival_state", serial=1)
+
+        # In place with --state, the export unchanged: the new image serves the recovered B
+        # (under new session ids) before it reads the export, which then changes nothing.
+        since, serial = _restart_in_place(third)
+        took["usr2_state"] = _timed(
+            lab, DAEMONS, b, since, "arrival_usr2_state", serial=serial, unchanged=True
+        )
         try:
             yield Restarts(lab, a, b, took)
         finally:
             for client in clients.values():
                 client.stop()
+
+
+@pytest.mark.parametrize("name", DAEMONS)
+def test_daemon_converges_within_5_s_after_kill_usr2(restarts: Restarts, name: str) -> None:
+    """(c) ``kill -USR2`` without and with --state: the daemon keeps its connection and holds
+    exactly the new table within 5 s of the new image's first publish (the issue's goal)."""
+    goal = GOALS.get(name, GOAL)
+    assert restarts.took["usr2"][name] < goal, restarts.took
+    assert restarts.took["usr2_state"][name] < goal, restarts.took
 
 
 @pytest.mark.parametrize("name", BEFORE)
@@ -219,8 +306,11 @@ def test_daemon_converges_after_restarts(restarts: Restarts, name: str) -> None:
     daemon holds exactly the new table (checked in the fixture) well within its retry."""
     assert restarts.took["restart"][name] < BOUND, restarts.took
     assert restarts.took["state"][name] < BOUND, restarts.took
-    story = peer_log(restarts.lab.server, peer_name(restarts.lab.connection_port(name)))
-    assert story.connected == 1, story
+    peer = peer_name(restarts.lab.connection_port(name))
+    story = peer_log(restarts.lab.server, peer)
+    # One connection, kept through the in-place restart (the new image logs it as kept).
+    kept = restarts.lab.server.count(rf"router {re.escape(peer)} connected \(kept through")
+    assert (story.connected, kept) == (1, 1), story
     # The last connection's answer came from the restarted server: the full table after its
     # Cache Reset, or, for a daemon that redialled once more after that (OpenBGPD 7.7 did in
     # CI: two Serial Queries at once, two Cache Resets, it dropped the connection during the

@@ -33,8 +33,10 @@ TABLES = [
             ("client", "client"),
             ("arrival", "(a) started while rtr-serve loads"),
             ("arrival_before", "(b) started before rtr-serve"),
-            ("arrival_restart", "(c) restart without --state"),
-            ("arrival_state", "(c) restart with --state"),
+            ("arrival_restart", "(c) stop+start without --state"),
+            ("arrival_usr2", "(c) kill -USR2 without --state"),
+            ("arrival_state", "(c) stop+start with --state"),
+            ("arrival_usr2_state", "(c) kill -USR2 with --state"),
         ],
     ),
 ]
