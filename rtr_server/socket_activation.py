@@ -63,7 +63,10 @@ class AdoptedConnection:
 
 
 def _router_version(name: str) -> int | bool | None:
-    """None for ``router``, N for ``router-vN[-ID-SERIAL]``, False for any other name."""
+    """None for ``router``, N for ``router-vN[-ID-SERIAL]``, False for any other name.
+
+    ID is a session id (0..65535) and SERIAL a serial (0..2**32-1), in decimal.
+    """
     if name == "router":
         return None
     parts = name.split("-")
@@ -71,7 +74,8 @@ def _router_version(name: str) -> int | bool | None:
         parts[:1] == ["router"]
         and len(parts) in (2, 4)
         and parts[1] in ("v0", "v1", "v2")
-        and all(p.isdigit() for p in parts[2:])
+        and all(p.isascii() and p.isdigit() for p in parts[2:])
+        and (len(parts) == 2 or (int(parts[2]) <= 0xFFFF and int(parts[3]) <= 0xFFFF_FFFF))
     ):
         return int(parts[1][1])
     return False
