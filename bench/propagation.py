@@ -4,18 +4,21 @@ Each router connects, sends a Serial Query at the server's current serial and re
 (synced without a full dump), then waits. Once every router is synced the export file is
 replaced; each router acts on the Serial Notify the server sends (Serial Query, the delta; a
 Cache Reset is followed by a Reset Query), and the time until the last router has read an End
-of Data with a new serial is the propagation time.
+of Data with a new serial is the propagation time; from the first Serial Notify any router read
+to that moment is the fan-out (what the publish costs the server, change detection and parse
+left out).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import anyio
 from anyio.abc import SocketStream
 
-__all__ = ["RESET_QUERY_V1", "propagation", "serial_query"]
+__all__ = ["RESET_QUERY_V1", "Propagation", "propagation", "serial_query"]
 
 SERIAL_NOTIFY = 0
 CACHE_RESET = 8
@@ -71,13 +74,24 @@ class Reader:
                 raise RuntimeError(f"error report {int.from_bytes(pdu[2:4], 'big')}")
 
 
+@dataclass(frozen=True)
+class Propagation:
+    """Seconds until the last router held the new serial."""
+
+    #: From the export's replacement.
+    total: float
+    #: From the first Serial Notify a router read.
+    fanout: float
+
+
 async def propagation(
     port: int, routers: int, session: bytes, serial: int, swap: Callable[[], None]
-) -> float:
-    """Seconds from ``swap()`` until all ``routers`` hold a serial other than ``serial``."""
+) -> Propagation:
+    """How long after ``swap()`` all ``routers`` hold a serial other than ``serial``."""
     synced = 0
     all_synced = anyio.Event()
     done: list[float] = []
+    notified: list[float] = []
 
     async def router() -> None:
         nonlocal synced
@@ -93,6 +107,7 @@ async def propagation(
                 pdu = await reader.next_pdu()
                 if pdu[1] != SERIAL_NOTIFY:
                     continue
+                notified.append(time.monotonic())
                 await stream.send(serial_query(session, serial))
                 got, reset = await reader.end_of_data()
                 if reset:
@@ -109,4 +124,4 @@ async def propagation(
             await all_synced.wait()
             started = time.monotonic()
             swap()
-    return max(done) - started
+    return Propagation(max(done) - started, max(done) - min(notified))

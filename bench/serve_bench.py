@@ -44,7 +44,7 @@ import anyio
 from anyio.abc import SocketStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from bench.propagation import RESET_QUERY_V1, propagation, serial_query
+from bench.propagation import RESET_QUERY_V1, Propagation, propagation, serial_query
 
 ROOT = Path(__file__).resolve().parent.parent
 TABLE = "rpkilog/rpkiclient_summary_20250720T093135Z.json.bz2"
@@ -103,6 +103,10 @@ async def read_response(stream: SocketStream, *, keep: bool) -> tuple[int, bytes
             return total, b"".join(chunks) if keep else b""
 
 
+#: Sessions opened before the idle measurement (enough to start the server's collector).
+WARM_UP = 2000
+
+
 @dataclass
 class Result:
     """Measurements of one server."""
@@ -113,7 +117,7 @@ class Result:
     concurrent: dict[int, float] = field(default_factory=dict)
     peak_rss_mib: float = 0.0
     idle_kib_per_session: float | None = None
-    propagation: float | None = None
+    propagation: Propagation | None = None
     recovery: dict[str, float] = field(default_factory=dict)
 
 
@@ -234,7 +238,7 @@ async def idle_sessions(pid: int, port: int, count: int, query: bytes) -> float:
             streams.extend(batch)
 
     try:
-        await open_sessions(count)  # warm-up, not measured
+        await open_sessions(min(count, WARM_UP))  # not measured
         before = await settled_rss(pid)
         await open_sessions(count)
         after = await settled_rss(pid)
@@ -279,6 +283,9 @@ def main() -> int:
 
     plan = Plan(expected, args.idle, args.routers, swap)
 
+    # The idle sessions, their warm-up and the routers at once, with room for the dumps.
+    connections = max(5000, args.idle + min(args.idle, WARM_UP) + args.routers + 100)
+
     def start_ours(port: int) -> subprocess.Popen[bytes]:
         exe = Path(sys.executable).with_name("rtr-serve")
         return subprocess.Popen(
@@ -294,9 +301,9 @@ def main() -> int:
                 "1",
                 # All bench clients come from 127.0.0.1.
                 "--max-per-ip",
-                "5000",
+                str(connections),
                 "--max-connections",
-                "5000",
+                str(connections),
             ],
             preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard)),  # noqa: PLW1509
         )
@@ -360,7 +367,10 @@ def report(results: list[Result], idle: int) -> None:
         )
     for r in results:
         if r.propagation is not None:
-            print(f"{r.name} propagation to every synced router: {r.propagation:.2f} s")
+            print(
+                f"{r.name} propagation to every synced router: {r.propagation.total:.2f} s "
+                f"from the export's replacement, {r.propagation.fanout:.2f} s from the first Notify"
+            )
     for backend, seconds in ours.recovery.items():
         print(f"rtr-serve recovery from --state {backend}: {seconds:.2f} s to the full table")
     if len(results) == 2:
@@ -375,7 +385,7 @@ def report(results: list[Result], idle: int) -> None:
         print(f"  start-to-serving  {ours.start_to_serving / theirs.start_to_serving:.3f}")
         print(f"  peak RSS          {ours.peak_rss_mib / theirs.peak_rss_mib:.3f}")
         if ours.propagation is not None and theirs.propagation:
-            print(f"  propagation       {ours.propagation / theirs.propagation:.3f}")
+            print(f"  propagation       {ours.propagation.total / theirs.propagation.total:.3f}")
         for backend, seconds in ours.recovery.items():
             print(
                 f"  recovery {backend:<8} {seconds / theirs.start_to_serving:.3f}"
