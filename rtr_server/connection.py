@@ -235,7 +235,7 @@ class RtrConnection:
                             raise _QueryTimeoutError
                         if anyio.current_time() >= self._follow_up_at:
                             self._follow_up_at = math.inf
-                            self._notify_wanted = session.awaits_reset_query
+                            self._notify_wanted |= session.awaits_reset_query
                         continue  # woken (notify, publish) or the hold time is up
                     self.stats.bytes_received += len(data)
                     session.receive_data(data)
