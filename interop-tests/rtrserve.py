@@ -197,3 +197,29 @@ def write_export(
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(doc))
     tmp.replace(path)
+
+
+def restart_in_place(server: RtrServe) -> tuple[float, int]:
+    """``kill -USR2`` (same PID, routers kept): when the new image first published, and the
+    serial it published."""
+    marker = "restarting (SIGUSR2)"
+    before = server.log.count(marker)
+    pid = server.proc.pid
+    server.proc.send_signal(signal.SIGUSR2)
+    server.wait_log(re.escape(marker), 30, count=before + 1)
+
+    def first_publish() -> re.Match[str] | None:
+        lines = server.log.splitlines()
+        last = max(i for i, line in enumerate(lines) if marker in line)
+        for line in lines[last:]:
+            found = re.search(r"published serial (\d+)[ :]", line)
+            if found:
+                return found
+        return None
+
+    wait_until(lambda: first_publish() is not None, 60, "the first publish after SIGUSR2")
+    assert server.proc.poll() is None, server.log
+    assert server.proc.pid == pid
+    published = first_publish()
+    assert published is not None
+    return log_line_time(published.string), int(published.group(1))

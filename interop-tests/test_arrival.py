@@ -11,7 +11,6 @@ from __future__ import annotations
 import multiprocessing
 import re
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
@@ -29,8 +28,7 @@ from rtrclients.vrps import Expected, expected_from_export
 from rtrserve import (
     REAL_REFERENCE_TIME,
     REAL_TABLE,
-    RtrServe,
-    log_line_time,
+    restart_in_place,
     start_rtr_serve,
     wait_until,
 )
@@ -187,32 +185,6 @@ def _timed(
     return out
 
 
-def _restart_in_place(server: RtrServe) -> tuple[float, int]:
-    """``kill -USR2`` (same PID, routers kept): when the new image first published, and the
-    serial it published."""
-    marker = "restarting (SIGUSR2)"
-    before = server.count(re.escape(marker))
-    pid = server.proc.pid
-    server.proc.send_signal(signal.SIGUSR2)
-    server.wait_log(re.escape(marker), 30, count=before + 1)
-
-    def first_publish() -> re.Match[str] | None:
-        lines = server.log.splitlines()
-        last = max(i for i, line in enumerate(lines) if marker in line)
-        for line in lines[last:]:
-            found = re.search(r"published serial (\d+)[ :]", line)
-            if found:
-                return found
-        return None
-
-    wait_until(lambda: first_publish() is not None, 60, "the first publish after SIGUSR2")
-    assert server.proc.poll() is None, server.log
-    assert server.proc.pid == pid
-    published = first_publish()
-    assert published is not None
-    return log_line_time(published.string), int(published.group(1))
-
-
 @pytest.fixture(scope="module")
 def restarts() -> Iterator[Restarts]:
     """(b) BIRD, FRR and GoBGP started before rtr-serve; then OpenBGPD and rtrclient; (c) rtr-serve
@@ -259,7 +231,7 @@ def restarts() -> Iterator[Restarts]:
         took["restart"] = _timed(lab, DAEMONS, b, since, "arrival_restart")
 
         replace_atomically(run_dir / "export-a.json", served)  # read by the new image
-        since, serial = _restart_in_place(second)
+        since, serial = restart_in_place(second)
         took["usr2"] = _timed(lab, DAEMONS, a, since, "arrival_usr2", serial=serial)
 
         second.stop()  # (c) with --state: export A recovered at start, then export B
@@ -274,7 +246,7 @@ def restarts() -> Iterator[Restarts]:
 
         # In place with --state, the export unchanged: the new image serves the recovered B
         # (under new session ids) before it reads the export, which then changes nothing.
-        since, serial = _restart_in_place(third)
+        since, serial = restart_in_place(third)
         took["usr2_state"] = _timed(
             lab, DAEMONS, b, since, "arrival_usr2_state", serial=serial, unchanged=True
         )

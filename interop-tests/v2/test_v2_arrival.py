@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import signal
 import time
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -41,6 +40,7 @@ from v2lab import (
     load_export,
     log_time,
     published_at,
+    restart_in_place,
     start_rtr_serve,
     write_export,
 )
@@ -117,27 +117,6 @@ def _hold(bird: Bird, openbgpd: OpenBgpd, payload: Payload, what: str) -> dict[s
 
 def _time(line: str) -> float:
     return log_time(line)
-
-
-def _restart_in_place(server: RtrServer) -> float:
-    """``kill -USR2`` (same PID, peers kept): when the new image first published."""
-    marker = "restarting (SIGUSR2)"
-    before = server.log.count(marker)
-    pid = server.proc.pid
-    server.proc.send_signal(signal.SIGUSR2)
-    server.wait_log(re.escape(marker), 30, count=before + 1)
-    deadline = time.monotonic() + 60
-    while True:
-        lines = server.log.splitlines()
-        last = max(i for i, line in enumerate(lines) if marker in line)
-        found = [ln for ln in lines[last:] if re.search(r"published serial \d+\b", ln)]
-        if found:
-            break
-        assert time.monotonic() < deadline, "no publish after SIGUSR2"
-        time.sleep(0.1)
-    assert server.proc.poll() is None, server.log[-3000:]
-    assert server.proc.pid == pid
-    return _time(found[0])
 
 
 def _sent_again(server: RtrServer, ports: dict[str, int], since: float) -> dict[str, float]:
@@ -246,7 +225,7 @@ def test_bird_before_rtr_serve_then_restarts(lab: LabDir, tmp_path: Path) -> Non
         restart = {k: v - since for k, v in _hold(bird, openbgpd, b, "both to hold B").items()}
 
         served.write_bytes(a_path.read_bytes())  # read by the new image
-        since = _restart_in_place(second)
+        since, _ = restart_in_place(second)
         usr2 = {k: v - since for k, v in _hold(bird, openbgpd, a, "both to hold A").items()}
         second.proc.terminate()
         second.proc.wait(15)
@@ -261,7 +240,7 @@ def test_bird_before_rtr_serve_then_restarts(lab: LabDir, tmp_path: Path) -> Non
         # In place with --state, the export unchanged: the recovered A is served again (new
         # session ids), so the time is when each peer was sent the full table.
         ports = router_ports(bird, openbgpd, third)
-        since = _restart_in_place(third)
+        since, _ = restart_in_place(third)
         usr2_state = _sent_again(third, ports, since)
         _hold(bird, openbgpd, a, "both to hold A")
         for took in (restart, with_state):

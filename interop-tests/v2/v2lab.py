@@ -53,6 +53,7 @@ class RtrServer(Protocol):
 start_rtr_serve: Callable[..., AbstractContextManager[RtrServer]] = _rtrserve.start_rtr_serve
 write_export: Callable[..., None] = _rtrserve.write_export
 free_port: Callable[[], int] = _rtrserve.free_port
+restart_in_place: Callable[[RtrServer], tuple[float, int]] = _rtrserve.restart_in_place
 REAL_TABLE: Path = _rtrserve.REAL_TABLE
 REAL_REFERENCE_TIME: str = _rtrserve.REAL_REFERENCE_TIME
 
