@@ -282,6 +282,15 @@ def test_daemon_converges_after_restarts(restarts: Restarts, name: str) -> None:
     story = peer_log(restarts.lab.server, peer)
     # One connection, kept through the in-place restart (the new image logs it as kept).
     kept = restarts.lab.server.count(rf"router {re.escape(peer)} connected \(kept through")
+    if name == "openbgpd" and not kept:
+        # OpenBGPD's own race (rtr_proto.c): after the unasked Cache Reset and the Notify its
+        # retry and refresh timers can end in the same second, and it sends a Reset Query and
+        # a Serial Query with session 65535. When both arrive in one read, the second gets the
+        # empty delta (rtr_protocol.session_pipelined); when the Serial Query is read after our
+        # answer began, it is Corrupt Data by RFC 8210 §5.1 and OpenBGPD redials (once).
+        raced = restarts.lab.server.count(r"closed: session id 65535 differs from the \d+ we gave")
+        summary.note(f"OpenBGPD redialled after its stray Serial Query (65535): {raced}")
+        kept = raced
     assert (story.connected, kept) == (1, 1), story
     # The last connection's answer came from the restarted server: the full table after its
     # Cache Reset, or, for a daemon that redialled once more after that (OpenBGPD 7.7 did in

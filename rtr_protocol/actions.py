@@ -78,6 +78,9 @@ class SendDelta:
     state: PublishedState
     from_serial: Serial
     delta: Delta
+    #: The other session id a query named when it was sent before it could read our previous
+    #: answer (`rtr_protocol.session_pipelined`); None for every ordinary Serial Query.
+    named_session: int | None = None
 
     @property
     def session_id(self) -> int:

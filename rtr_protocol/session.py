@@ -27,7 +27,9 @@ Decisions taken where the digest leaves room: No Data Available (Error 2) carrie
 encapsulated PDU; an error PDU whose type octet says Error Report is never answered, even when
 it is malformed; Error Reports we send use the negotiated version, or before negotiation the
 offending PDU's version when we support it, else our highest version; a code that does not
-exist in that version closes the session without an Error Report.
+exist in that version closes the session without an Error Report; a Serial Query received whole
+before our previous answer began, naming another session id, is answered from that answer's
+serial (`rtr_protocol.session_pipelined`).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ from rtr_protocol.encoder import (
 from rtr_protocol.errors import RtrProtocolError
 from rtr_protocol.framer import NEED_DATA, NeedData, PduFramer
 from rtr_protocol.pdu import ErrorReport, Pdu, ResetQuery, SerialQuery
-from rtr_protocol.session_handover import HandoverAdoption
+from rtr_protocol.session_pipelined import PipelinedQueries
 from rtr_protocol.session_state import SessionState
 from snapshot import Serial
 
@@ -78,8 +80,8 @@ _Handler = Callable[["ServerSession", Pdu, "PublishedState | None"], Action]
 # ------------------------------------------------------------------------------- session
 
 
-class ServerSession(HandoverAdoption):
-    """The cache side of one RTR connection (`HandoverAdoption`: one handed over).
+class ServerSession(PipelinedQueries):
+    """The cache side of one RTR connection (its parts: `PipelinedQueries`, `HandoverAdoption`).
 
     Args:
         max_version: highest protocol version offered; the Error 4 reply carries it.
@@ -134,6 +136,8 @@ class ServerSession(HandoverAdoption):
         self._close_detail = ""
         self._adopted = None
         self._adopt_reset = None
+        self._ahead = 0
+        self._sent_early = False
 
     # ----------------------------------------------------------------- read-only views
     @property
@@ -239,6 +243,7 @@ class ServerSession(HandoverAdoption):
             if self._framer.eof:
                 return self._close(CloseReason.PEER_CLOSED, "peer closed")
             return NEED_DATA
+        self._pdu_taken()
         if self._adopt_reset == "sent":
             self._adopt_reset = "asked"
         if (
@@ -426,6 +431,7 @@ class ServerSession(HandoverAdoption):
     def _respond(self, action: SendFull | SendDelta) -> SendFull | SendDelta:
         self._pending = (action.session_id, action.state.serial)
         self._state = SessionState.RESPONDING
+        self._answer_began()
         return action
 
     # ----------------------------------------------------------------- PDU handlers
@@ -451,6 +457,8 @@ class ServerSession(HandoverAdoption):
         if state is None:
             return self._hold_query(pdu) if self._hold else self._no_data(version)
         if self._session_id is not None and pdu.session_id != self._session_id:
+            if early := self._early_serial_query(pdu, state):
+                return self._respond(early) if isinstance(early, SendDelta) else early
             return self._fatal(
                 ErrorCode.CORRUPT_DATA,
                 self._framer.last_pdu_bytes,

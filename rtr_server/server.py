@@ -153,6 +153,15 @@ class RtrServer:
                 after,
             )
         else:
+            if action.named_session is not None:
+                log.info(
+                    "router %s: serial query for session %d sent before it read our answer "
+                    "(session %d, serial %s): answered from that serial",
+                    peer,
+                    action.named_session,
+                    action.session_id,
+                    action.from_serial,
+                )
             counts = action.delta.counts()
             # Only what this version carries: no router keys on v0, no ASPA below v2.
             if action.version < 1:

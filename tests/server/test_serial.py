@@ -4,6 +4,7 @@ update that leaves the old serial serving."""
 from __future__ import annotations
 
 import copy
+import logging
 from pathlib import Path
 
 import anyio
@@ -33,7 +34,7 @@ from tests.server.helpers import (
     wait_until,
     write_export,
 )
-from tests.server.rtr_client import Response, RtrClient
+from tests.server.rtr_client import Response, RtrClient, reset_query, serial_query
 from upstream.status import SourceState
 
 pytestmark = pytest.mark.anyio
@@ -188,3 +189,30 @@ async def test_invalid_update_keeps_old_serial(tmp_path: Path) -> None:
             new_serial = await publish_and_wait(app, path, good)
             assert status.state is SourceState.OK
             assert new_serial == (serial + 1) % 2**32
+
+
+async def test_a_serial_query_sent_with_the_reset_query_gets_the_empty_delta(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """OpenBGPD's shape: a Reset Query and, in the same write, a Serial Query with its "no
+    session" id 65535. The second answer is the empty delta in the session the first gave."""
+    caplog.set_level(logging.INFO)
+    path = tmp_path / "export.json"
+    doc = base_export()
+    write_export(path, doc)
+    async with (
+        running_app(app_config(path)) as app,
+        await RtrClient.connect(port_of(app)) as client,
+    ):
+        await client.send(reset_query(1), serial_query(1, 0xFFFF, 41))
+        full = await client.read_response()
+        assert RouterState().apply(full.payload) == expected_state(doc, 1)
+        empty = await client.read_response()
+        given = (full.cache_response.session_id, full.end_of_data.serial)
+        assert (empty.cache_response.session_id, empty.end_of_data.serial) == given
+        assert empty.payload == []
+        # The connection stays: an ordinary Serial Query in that session is answered.
+        again = await client.serial(1, *given)
+        assert isinstance(again, Response)
+        assert again.payload == []
+    assert "serial query for session 65535 sent before it read our answer" in caplog.text
