@@ -203,7 +203,7 @@ class ServerSession(PipelinedQueries):
             raise ValueError(f"version {version} is outside {self.min_version}..{self.max_version}")
         self._version = version
         self._state = SessionState.IDLE
-        self._adopted = known  # not `_session_id`: any id the router sends gets Cache Reset
+        self._adopted = known  # not `_session_id`: its Serial Queries get Cache Reset
 
     # ----------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
@@ -456,6 +456,8 @@ class ServerSession(PipelinedQueries):
         version = pdu.version
         if state is None:
             return self._hold_query(pdu) if self._hold else self._no_data(version)
+        if self._adopted is not None and self._last_serial is None:  # holds the old image's
+            return SendCacheReset(version, encode_cache_reset(version))
         if self._session_id is not None and pdu.session_id != self._session_id:
             if early := self._early_serial_query(pdu, state):
                 return self._respond(early) if isinstance(early, SendDelta) else early

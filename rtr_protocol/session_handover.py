@@ -14,9 +14,13 @@ ask differs:
   Notify.
 
 So at the first data the session sends a Cache Reset unasked (`handover_reset`); a router that
-sends nothing within a short wait (the I/O layer's) gets a Serial Notify. Until a response
-here, that Notify carries the router's own session id and another serial (OpenBGPD 7.7 checks
-the id, BIRD 2.0 and GoBGP skip an equal serial), and any Serial Query gets Cache Reset.
+sends nothing within a short wait (the I/O layer's) gets a Serial Notify. That Notify carries
+the new session id: a router that took the Cache Reset holds no id, and OpenBGPD 8 takes the
+id of a Notify then and checks our Cache Response against it (with the old id it refused the
+table of a Reset Query it had sent meanwhile, in CI). Without that Cache Reset, a Notify
+carries the router's own id and another serial (OpenBGPD checks an id it holds; BIRD 2.0 and
+GoBGP skip an equal serial). Until a response here, any Serial Query gets Cache Reset, whatever
+id it names: the router holds the old process's data.
 """
 
 from __future__ import annotations
@@ -62,8 +66,16 @@ class HandoverAdoption:
         return self._adopt_reset == "sent"
 
     def _adopted_notify(self, version: int, state: PublishedState) -> bytes:
-        """A Serial Notify in the router's old session id, with a serial other than its own."""
+        """A Serial Notify before any response here.
+
+        After the unasked Cache Reset: in the new id. Else: in the router's old id, with a
+        serial other than its own.
+        """
         assert self._adopted is not None
+        if self._adopt_reset is not None:
+            return encode_serial_notify(
+                version, state.session_ids.for_version(version), state.serial
+            )
         old_id, old_serial = self._adopted
         serial = state.serial if state.serial != old_serial else old_serial.add(1)
         return encode_serial_notify(version, old_id, serial)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from rtr_protocol import CacheReset, SendCacheReset, SendFull, ServerSession
+from rtr_protocol import CacheReset, SendCacheReset, SendDelta, SendFull, ServerSession
 from rtr_protocol.pdu import SerialNotify
 from rtr_protocol.pdu_decode import decode
 from snapshot import Serial
@@ -72,8 +72,13 @@ def test_a_kept_router_is_sent_one_unasked_cache_reset(version: int) -> None:
     assert decode(reset) == CacheReset(version)
     assert awaits(session)
     assert session.handover_reset() is None  # once
-    # A router that ignores it is told by Serial Notify, still in its own id.
-    assert notify_of(session).session_id == OLD_ID
+    # A router that ignores it is told by Serial Notify, in the new id: one that took the
+    # reset holds no id, and OpenBGPD 8 then takes the Notify's (and checks our answer by it).
+    new_id = STATE_A.session_ids.for_version(version)
+    assert (notify_of(session).session_id, notify_of(session).serial) == (
+        new_id,
+        int(STATE_A.serial),
+    )
     assert awaits(session)
     feed(session, reset_query(version))
     full = act(session, STATE_A)
@@ -95,3 +100,20 @@ def test_no_unasked_cache_reset_without_data_or_inside_a_response() -> None:
     assert busy.handover_reset() is None  # RESPONDING
     busy.response_sent()
     assert busy.handover_reset() is None  # it has the new table
+
+
+@pytest.mark.parametrize("version", [0, 1, 2])
+def test_a_serial_query_in_the_new_id_before_a_response_gets_cache_reset(version: int) -> None:
+    """OpenBGPD 8 took the new id from the Notify while it held nothing, then asked with its
+    old serial: a delta would leave it empty and "current". Cache Reset until a response."""
+    session = ServerSession()
+    session.adopt(version, (OLD_ID, STATE_A.serial))
+    assert session.handover_reset() is not None
+    new_id = STATE_A.session_ids.for_version(version)
+    feed(session, serial_query(version, new_id, int(STATE_A.serial)))
+    assert isinstance(act(session, STATE_A), SendCacheReset)
+    feed(session, reset_query(version))
+    assert isinstance(act(session, STATE_A), SendFull)
+    session.response_sent()
+    feed(session, serial_query(version, new_id, int(STATE_A.serial)))
+    assert isinstance(act(session, STATE_A), SendDelta)  # now it holds ours
