@@ -97,10 +97,8 @@ class ServerSession(PipelinedQueries):
         "_framer",
         "_held",
         "_hold",
-        "_last_serial",
         "_no_data_sent",
         "_pending",
-        "_session_id",
         "_state",
         "_version",
         "max_version",
@@ -203,7 +201,8 @@ class ServerSession(PipelinedQueries):
             raise ValueError(f"version {version} is outside {self.min_version}..{self.max_version}")
         self._version = version
         self._state = SessionState.IDLE
-        self._adopted = known  # not `_session_id`: its Serial Queries get Cache Reset
+        self._adopted = known  # not `_session_id`: Cache Reset to its Serial Queries, unless
+        # `confirm_kept` finds it in the session this image continued
 
     # ----------------------------------------------------------------- input
     def receive_data(self, data: bytes) -> None:
@@ -456,7 +455,9 @@ class ServerSession(PipelinedQueries):
         version = pdu.version
         if state is None:
             return self._hold_query(pdu) if self._hold else self._no_data(version)
-        if self._adopted is not None and self._last_serial is None:  # holds the old image's
+        if (  # holds the old image's data, unless this image continued its session
+            self._adopted is not None and self._last_serial is None and not self.confirm_kept(state)
+        ):
             return SendCacheReset(version, encode_cache_reset(version))
         if self._session_id is not None and pdu.session_id != self._session_id:
             if early := self._early_serial_query(pdu, state):

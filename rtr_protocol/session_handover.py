@@ -1,9 +1,11 @@
 """`HandoverAdoption`: what a `ServerSession` handed over by the previous process image says first.
 
-A router kept through a re-execution (``kill -USR2``) still holds the data of the old process,
-under a session id this process does not use (a restart makes new ids, contract P-54). It must
-be brought to a Reset Query without waiting for a timer of its own, and what makes each router
-ask differs:
+A router kept through a re-execution (``kill -USR2``) still holds the data of the old process.
+When this process continued the old one's session ids and serial (its first content was the
+same, `snapshot.Continuation`), a router holding that session and a serial still in the diff
+log is simply one of ours (`confirm_kept`): nothing is resent. Any other holds data under a
+session id this process does not use. It must be brought to a Reset Query without waiting for
+a timer of its own, and what makes each router ask differs:
 
 * BIRD (2.0 and 2.17) resets at once on a Cache Reset that comes while it is established, but
   answers a Cache Reset to its own Serial Query only after its retry interval (600 s by
@@ -40,13 +42,42 @@ class HandoverAdoption:
     """The handover part of `ServerSession` (its attributes live in the session's slots)."""
 
     #: ``_adopt_reset``: None; "sent" with the unasked Cache Reset; "asked" at the next PDU.
-    __slots__ = ("_adopt_reset", "_adopted")
+    #: ``_session_id`` and ``_last_serial`` are the session's (what the router holds of ours).
+    __slots__ = ("_adopt_reset", "_adopted", "_last_serial", "_session_id")
 
     _adopted: tuple[int, Serial] | None
     _adopt_reset: str | None
     _state: SessionState
     _version: int | None
     _last_serial: Serial | None
+    _session_id: int | None
+
+    @property
+    def kept_unconfirmed(self) -> bool:
+        """True for a router kept with data that has had no response here and no confirmation."""
+        return self._adopted is not None and self._last_serial is None
+
+    def confirm_kept(self, state: PublishedState) -> bool:
+        """True once a kept router holds a serial of ``state``'s session (nothing to resend).
+
+        This image continued the previous one's session ids and serial (same content,
+        `snapshot.Continuation`): a router that holds that session id and a serial still in the
+        diff log is one of ours from now on, as if it had had that response here.
+        """
+        known = self._adopted
+        if known is None or self._last_serial is not None or self._adopt_reset is not None:
+            return False
+        version = self._version
+        if version is None or self._state is not SessionState.IDLE:
+            return False
+        session_id, serial = known
+        if session_id != state.session_ids.for_version(version):
+            return False
+        if state.delta_since(serial) is None:
+            return False
+        self._session_id, self._last_serial = known
+        self._adopted = None
+        return True
 
     def handover_reset(self) -> bytes | None:
         """The unasked Cache Reset for a router kept with data, once; None for any other.

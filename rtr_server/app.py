@@ -21,7 +21,6 @@ stops at once.
 from __future__ import annotations
 
 import logging
-import secrets
 from contextlib import AsyncExitStack
 
 import anyio
@@ -33,6 +32,7 @@ from persistence.location import StateLocation
 from persistence.persister import Persister
 from rtr_server import app_view
 from rtr_server.app_config import AppConfig, make_clock
+from rtr_server.continuity import fresh_session_ids
 from rtr_server.follower import StateFollower
 from rtr_server.http.api import HttpApi
 from rtr_server.http.view import GroupView, SourceView
@@ -60,10 +60,12 @@ class App:
         self.config = config
         self.clock = clock
         self.server = RtrServer(config.server)
+        continued = config.server.continued
         publisher = Publisher(
-            SessionIds.from_random(secrets.token_bytes(2)),
+            fresh_session_ids(() if continued is None else _ids(continued.session_ids)),
             max_entries=config.history,
             max_bytes=config.history_bytes,
+            continuation=continued,
         )
         #: Snapshots to what routers are served (publisher, server, publish log).
         self.publishing = Publishing(self.server, publisher, clock)
@@ -248,6 +250,10 @@ class App:
     async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
         await self._stop.wait()
         scope.cancel()
+
+
+def _ids(ids: SessionIds) -> tuple[int, int, int]:
+    return (ids.v0, ids.v1, ids.v2)
 
 
 async def run_app(

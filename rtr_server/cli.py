@@ -38,6 +38,7 @@ from rtr_server.app import App, run_app
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_check_config_parser, build_parser
 from rtr_server.cli_config import check_config, load_process_config
+from rtr_server.continuity import served_token
 from rtr_server.fd_limit import fitted
 from rtr_server.handover import exec_handed, hand_over
 from rtr_server.logs import configure
@@ -67,10 +68,11 @@ def _inner(exc: BaseException, kind: type[E]) -> E | None:
 
 async def _serve(
     process: ProcessConfig, load: Callable[[], ProcessConfig] | None, origin: str
-) -> tuple[ShutdownReport | None, list[tuple[int, str]] | None]:
+) -> tuple[ShutdownReport | None, list[tuple[int, str]] | None, str | None]:
     """Run the app with its reloader until a stop signal.
 
-    Returns how the stop ended (None: early) and, after SIGUSR2, what to hand to the exec.
+    Returns how the stop ended (None: early) and, after SIGUSR2, what to hand to the exec,
+    with what was served last (`rtr_server.continuity.served_token`; None: nothing).
     """
     async with anyio.create_task_group() as tg:
         stopper = _Stopper(tg.cancel_scope)
@@ -84,7 +86,11 @@ async def _serve(
                 )
                 await reloader.serve(hangups)
             await anyio.sleep_forever()  # until the app has closed in order (it cancels tg)
-    return (None if stopper.app is None else stopper.app.shutdown), stopper.handed
+    app = stopper.app
+    if app is None:
+        return None, stopper.handed, None
+    served = app.publishing.current
+    return app.shutdown, stopper.handed, None if served is None else served_token(served)
 
 
 async def _run_app(
@@ -193,8 +199,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGUSR2, signal.SIG_IGN)  # the same for an early restart signal
     report: ShutdownReport | None = None
     handed: list[tuple[int, str]] | None = None
+    served: str | None = None
     try:
-        report, handed = anyio.run(
+        report, handed, served = anyio.run(
             _serve, process, load, str(args.config), backend=args.async_backend
         )
     except KeyboardInterrupt:
@@ -214,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         log.error("cannot use state %s: %s", config.state, refusal)
         return 1
     if handed is not None:
-        exec_handed(handed)  # returns only when the exec failed:
+        exec_handed(handed, served)  # returns only when the exec failed:
         return main(argv)  # then serve on here, adopting what was handed over
     if report is not None and report.persisted is False:
         log.info("rtr-serve stopped (exit status 1: the last published state is not persisted)")

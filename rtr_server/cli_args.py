@@ -67,9 +67,11 @@ signals:
                    --config, SIGHUP only logs that there is nothing to reload.
   SIGUSR2          restart without losing routers: re-execute the same command in the same
                    process, handing over the listening sockets and every idle plain-TCP router
-                   connection (at the first publish each gets a Serial Notify, then Cache
-                   Reset and the table under new session ids); the --state file is closed as
-                   at a stop first. TLS and SSH sessions are closed. Under systemd:
+                   connection. When the new program's first data is what the old one
+                   served, it keeps the old session ids and serial and the routers keep
+                   their data; otherwise each router gets Cache Reset and the table under
+                   new session ids. The --state file is closed as at a stop first. TLS and
+                   SSH sessions are closed. Under systemd:
                    systemctl kill -s USR2 rtr-serve.
 
 logging:

@@ -19,6 +19,7 @@ from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import OptionParser, build_parser
 from rtr_server.cli_ssh import ssh_settings
 from rtr_server.config_file import ConfigError, FileConfig, load_config_file
+from rtr_server.continuity import continuation_from_env
 from rtr_server.http.settings import HttpSettings, parse_http_address
 from rtr_server.logs import LogSettings
 from rtr_server.reload import ProcessConfig
@@ -82,6 +83,7 @@ def config_from_args(args: argparse.Namespace) -> AppConfig:
         tls_handshake_timeout=args.tls_handshake_timeout,
         inherited=inherited,
         adopted=adopted_connections(),
+        continued=continuation_from_env(),
         ssh=ssh,
     )
     http = None

@@ -47,6 +47,7 @@ from rtr_protocol import (
 )
 from rtr_server.serving import HeldAnswer, ServingContext
 from rtr_server.settings import ShutdownNotice
+from snapshot import PublishedState
 
 log = logging.getLogger(__name__)
 
@@ -205,6 +206,8 @@ class RtrConnection:
         hold_deadline = math.inf
         held_at: float | None = None
         while True:
+            if session.kept_unconfirmed and server.state is not None:
+                self._confirm_kept(server.state)
             action = session.next_action(server.state)
             if self._on_query is not None and session.version is not None:
                 self._on_query()  # a valid query negotiated it: never evicted from now on
@@ -274,6 +277,17 @@ class RtrConnection:
                     await self._write(action.data)
                 return
 
+    def _confirm_kept(self, state: PublishedState) -> None:
+        """A router kept in the session this image continued: say so, once (see the session)."""
+        if not self.session.confirm_kept(state):
+            return
+        log.info(
+            "router %s: kept through the handover, holding session %s serial %s: nothing to resend",
+            self.peer,
+            self.session.session_id,
+            self.session.last_serial,
+        )
+
     def _detach(self) -> None:
         """Duplicate the descriptor for the next process image; raises _HandedOverError."""
         session = self.session
@@ -301,7 +315,10 @@ class RtrConnection:
     async def _maybe_notify(self) -> None:
         self._notify_wanted = False
         state = self.server.state
-        if state is None or self.session.last_serial == state.serial:
+        if state is None:
+            return
+        self._confirm_kept(state)
+        if self.session.last_serial == state.serial:
             return
         reset = self.session.handover_reset()
         if reset is not None:

@@ -27,6 +27,7 @@ from anyio.abc import ByteStream, SocketStream, TaskGroup
 
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
+from rtr_server.continuity import SERVED_ENV
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.socket_activation import SD_LISTEN_FDS_START
 from snapshot import Serial
@@ -111,8 +112,10 @@ async def hand_over(
     return handed
 
 
-def exec_handed(handed: Sequence[tuple[int, str]]) -> None:
+def exec_handed(handed: Sequence[tuple[int, str]], served: str | None = None) -> None:
     """Re-execute this command with ``handed`` as LISTEN_FDS; returns (logged) when exec fails.
+
+    ``served`` (`rtr_server.continuity.served_token`) is passed as ``RTR_SERVE_SERVED``.
 
     On failure the descriptors stay at 3.. and the environment names them, so starting again
     in this process adopts them (nothing is lost).
@@ -140,6 +143,10 @@ def exec_handed(handed: Sequence[tuple[int, str]]) -> None:
     os.environ.update(
         LISTEN_PID=str(os.getpid()), LISTEN_FDS=str(count), LISTEN_FDNAMES=":".join(names)
     )
+    if served is None:
+        os.environ.pop(SERVED_ENV, None)
+    else:
+        os.environ[SERVED_ENV] = served
     routers = sum(name.startswith("router") for name in names)
     log.info(
         "restarting (SIGUSR2): re-executing with %d listening sockets and %d router connections",

@@ -9,13 +9,13 @@ publish log and logged in one line. An unchanged snapshot publishes nothing.
 from __future__ import annotations
 
 import logging
-import secrets
 from typing import Protocol
 
 import anyio
 
+from rtr_server.continuity import fresh_session_ids
 from rtr_server.publish_log import PublishLog, log_publish
-from snapshot.publisher import PublishedState, Publisher, SessionIds
+from snapshot.publisher import Continuation, PublishedState, Publisher
 from snapshot.snapshot import Snapshot
 
 __all__ = ["PublishClock", "PublishTarget", "Publishing"]
@@ -65,10 +65,13 @@ class Publishing:
     async def publish(self, snapshot: Snapshot) -> None:
         """Publish ``snapshot`` unless it equals what is served."""
         started = self.clock.monotonic()
+        offered = self.publisher.continuation
         state = await anyio.to_thread.run_sync(self.publisher.publish, snapshot)
         if state is None:
             log.debug("rebuilt snapshot is unchanged; serial stays")
             return
+        if offered is not None:
+            _log_continuation(offered, continued=self.publisher.continued)
         self.target.publish(state)
         self.published += 1
         self.publishes.record(
@@ -77,8 +80,29 @@ class Publishing:
         log_publish(state, self.clock.monotonic() - started)
 
     def avoid_session_ids(self, previous: tuple[int, int, int]) -> None:
-        """Routers must see a new session after recovery: redraw on a (rare) collision."""
+        """Routers must see a new session after recovery: redraw on a (rare) collision.
+
+        The ids of a continuation (`snapshot.Continuation`) stay avoided as well.
+        """
         ids = self.publisher.session_ids
-        while {ids.v0, ids.v1, ids.v2} & set(previous):
-            ids = SessionIds.from_random(secrets.token_bytes(2))
-        self.publisher.session_ids = ids
+        avoid = set(previous)
+        if (continued := self.publisher.continuation) is not None:
+            avoid |= {continued.session_ids.v0, continued.session_ids.v1, continued.session_ids.v2}
+        if {ids.v0, ids.v1, ids.v2} & avoid:
+            self.publisher.session_ids = fresh_session_ids(avoid)
+
+
+def _log_continuation(offered: Continuation, *, continued: bool) -> None:
+    ids = offered.session_ids
+    named = f"session ids {ids.v0}/{ids.v1}/{ids.v2} (v0/v1/v2), serial {offered.serial}"
+    if continued:
+        log.info(
+            "restart: the same content as the previous image served: continuing its %s; "
+            "routers kept through the restart keep their data",
+            named,
+        )
+    else:
+        log.info(
+            "restart: other content than the previous image served at its %s: new session ids",
+            named,
+        )

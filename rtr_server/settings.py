@@ -11,6 +11,7 @@ from rtr_server.access import Network
 from rtr_server.socket_activation import AdoptedConnection, InheritedSocket
 from rtr_server.ssh_settings import SshSettings
 from rtr_server.tcp_auth import AoKey, Md5Key
+from snapshot import Continuation
 
 
 class ShutdownNotice(enum.Enum):
@@ -111,6 +112,8 @@ class ServerSettings:
     inherited: tuple[InheritedSocket, ...] = ()
     #: Router connections handed over by the previous process image (``kill -USR2``).
     adopted: tuple[AdoptedConnection, ...] = ()
+    #: What the previous process image served last (`rtr_server.continuity`), if it handed over.
+    continued: Continuation | None = None
     #: Host key, router keys and users of the SSH listeners (required when one has ``ssh``).
     ssh: SshSettings | None = None
 

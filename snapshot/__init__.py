@@ -8,7 +8,7 @@ Standard library only, no I/O and no clock reads. Start with `snapshot.model` (v
 from snapshot.delta import EMPTY_DELTA, AspaChange, Delta, apply, compose, compute_delta
 from snapshot.difflog import DiffLog
 from snapshot.model import Aspa, PayloadError, RouterKey, Vrp
-from snapshot.publisher import PublishedState, Publisher, SessionIds
+from snapshot.publisher import Continuation, PublishedState, Publisher, SessionIds
 from snapshot.serial import Serial
 from snapshot.snapshot import Snapshot, SnapshotBuilder
 
@@ -16,6 +16,7 @@ __all__ = [
     "EMPTY_DELTA",
     "Aspa",
     "AspaChange",
+    "Continuation",
     "Delta",
     "DiffLog",
     "PayloadError",

@@ -2,7 +2,9 @@
 
 A publish happens only when the content differs: the serial then advances by one (RFC 1982) and
 the delta enters the DiffLog. The caller swaps the returned state in with one assignment, so a
-reader that captured a state keeps a consistent (snapshot, serial, difflog) triple.
+reader that captured a state keeps a consistent (snapshot, serial, difflog) triple. A
+`Continuation` (what a previous process image served) is taken up by the first publish only
+when that snapshot has the very content it names: same content, same session ids and serial.
 """
 
 from __future__ import annotations
@@ -48,6 +50,16 @@ class SessionIds:
 
 
 @dataclass(frozen=True, slots=True)
+class Continuation:
+    """What a previous process image served last: its session ids, serial and content digest."""
+
+    session_ids: SessionIds
+    serial: Serial
+    #: `Snapshot.digest` of the content served at ``serial``.
+    digest: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class PublishedState:
     """A published snapshot with its serial, session ids and history."""
 
@@ -73,10 +85,25 @@ class Publisher:
         initial_serial: Serial = SERIAL_ZERO,
         max_entries: int = DEFAULT_MAX_ENTRIES,
         max_bytes: int = DEFAULT_MAX_BYTES,
+        continuation: Continuation | None = None,
     ) -> None:
-        """Nothing is published until the first `publish`."""
+        """Nothing is published until the first `publish`.
+
+        With ``continuation``, the first snapshot whose digest is the continuation's is
+        published at its serial under its session ids (``continued`` then says so); any other
+        first snapshot gets ``session_ids``, which must differ from the continuation's.
+        """
+        if continuation is not None and {
+            session_ids.v0,
+            session_ids.v1,
+            session_ids.v2,
+        } & {continuation.session_ids.v0, continuation.session_ids.v1, continuation.session_ids.v2}:
+            raise ValueError("session ids must differ from the continued ones")
         self.session_ids = session_ids
         self.initial_serial = initial_serial
+        self.continuation = continuation
+        #: True when the first publish continued what the previous image served.
+        self.continued = False
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.current: PublishedState | None = None
@@ -85,6 +112,10 @@ class Publisher:
         """Make ``snapshot`` current; returns the new state, or None when nothing changed."""
         prev = self.current
         if prev is None:
+            offer, self.continuation = self.continuation, None
+            if offer is not None and snapshot.digest() == offer.digest:
+                self.session_ids, self.initial_serial = offer.session_ids, offer.serial
+                self.continued = True
             state = PublishedState(
                 snapshot,
                 self.initial_serial,

@@ -221,8 +221,7 @@ class StateKeeping:
             if plan.snapshot is not None:
                 self.recovered_header = header
                 log.info(
-                    "recovered state %s (serial %d, written %s) in %.2f s: serving %d VRPs "
-                    "under a new session",
+                    "recovered state %s (serial %d, written %s) in %.2f s: serving %d VRPs",
                     header.state_id,
                     header.serial,
                     datetime.fromtimestamp(header.written_at / 1e6, UTC).isoformat(),

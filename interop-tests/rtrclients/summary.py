@@ -34,9 +34,10 @@ TABLES = [
             ("arrival", "(a) started while rtr-serve loads"),
             ("arrival_before", "(b) started before rtr-serve"),
             ("arrival_restart", "(c) stop+start without --state"),
-            ("arrival_usr2", "(c) kill -USR2 without --state"),
+            ("arrival_usr2", "(c) kill -USR2 without --state, other content"),
+            ("arrival_usr2_same", "(c) kill -USR2 without --state, same content"),
             ("arrival_state", "(c) stop+start with --state"),
-            ("arrival_usr2_state", "(c) kill -USR2 with --state"),
+            ("arrival_usr2_state", "(c) kill -USR2 with --state, same content"),
         ],
     ),
 ]

@@ -1,13 +1,17 @@
 """``kill -USR2`` on a real rtr-serve: a plain-TCP router keeps its connection through the
-re-exec (same PID) and gets an unasked Cache Reset once the new image published; its Reset Query
-gets the table under a new session id, and a router that ignores the Cache Reset gets a Serial
-Notify a second later (its own id), Cache Reset to its Serial Query, then the table; a TLS router
-is closed; with --state the recovered state is what is announced; when the exec fails the
-process serves on with the router still connected. asyncio and trio."""
+re-exec (same PID). With the same content after the restart the new image continues the old
+session ids and serial: the routers are sent nothing, and their Serial Queries get empty deltas
+in the session they hold. With other content (an HTTP export that changed meanwhile) a router
+gets an unasked Cache Reset once the new image published; its Reset Query gets the table under a
+new session id, and a router that ignores the Cache Reset gets a Serial Notify a second later
+(the new id), Cache Reset to its Serial Query, then the table. A TLS router is closed; with
+--state the recovered state is what is announced; when the exec fails the process serves on
+with the router still connected. asyncio and trio."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
@@ -25,11 +29,19 @@ import pytest
 
 from rtr_protocol import CacheReset, ErrorReport, PduFramer, SerialNotify
 from rtr_server.connection import HANDOVER_NOTIFY_AFTER
-from tests.server.helpers import RouterState, base_export, expected_state, write_export
+from tests.server.helpers import (
+    Doc,
+    RouterState,
+    base_export,
+    expected_state,
+    roa,
+    write_export,
+)
 from tests.server.rtr_client import reset_query, serial_query
 from tests.server.test_cli import free_port, read_full_response, read_pdu
-from tests.server.test_sighup import JsonLog, rtr_serve, stop
+from tests.server.test_sighup import JsonLog, read_response, rtr_serve, stop
 from tests.server.tls_helpers import client_context, make_certs
+from tests.upstream.http_server import Reply, ScriptedServer
 
 BACKENDS = ["asyncio", "trio"]
 
@@ -68,19 +80,19 @@ def _session_of(framer: PduFramer) -> int:
     return int.from_bytes(framer.last_pdu_bytes[2:4], "big")
 
 
-def _survives(sock: socket.socket, framer: PduFramer, session: int) -> None:
-    """After SIGUSR2, as BIRD and GoBGP, or after its Serial Query: a Cache Reset, at once a
-    Reset Query, the table under a new session id."""
+def _survives(sock: socket.socket, framer: PduFramer, session: int, doc: Doc) -> None:
+    """After SIGUSR2 with other content, as BIRD and GoBGP, or after its Serial Query: a Cache
+    Reset, at once a Reset Query, the table of ``doc`` under a new session id."""
     reset = read_pdu(sock, framer)
     assert isinstance(reset, CacheReset), reset
     sock.sendall(reset_query(2))
     _, payload = read_full_response(sock, framer)
     assert _session_of(framer) != session
-    assert RouterState().apply(payload) == expected_state(base_export(), 2)
+    assert RouterState().apply(payload) == expected_state(doc, 2)
 
 
 def _survives_ignoring_the_reset(
-    sock: socket.socket, framer: PduFramer, session: int, serial: int
+    sock: socket.socket, framer: PduFramer, session: int, serial: int, doc: Doc
 ) -> None:
     """As RTRlib, which ignores a Cache Reset it did not ask for: a Serial Notify about a second
     later (in the new id), Cache Reset to its Serial Query (its own id), then the table."""
@@ -92,7 +104,27 @@ def _survives_ignoring_the_reset(
     assert isinstance(notify, SerialNotify), notify
     assert notify.session_id != session
     sock.sendall(serial_query(2, session, serial))
-    _survives(sock, framer, session)
+    _survives(sock, framer, session, doc)
+
+
+def _continued(log: JsonLog, routers: int) -> None:
+    """The new image published the same content under the old ids; ``routers`` kept in sync."""
+    log.wait_for(lambda e: "continuing its session ids" in e.get("msg", ""))
+    deadline = time.monotonic() + 10.0
+    while sum("nothing to resend" in e.get("msg", "") for e in list(log.lines)) < routers:
+        assert time.monotonic() < deadline, "".join(log.raw)
+        time.sleep(0.05)
+
+
+def _in_sync(sock: socket.socket, framer: PduFramer, session: int, serial: int) -> None:
+    """Nothing comes within the follow-up wait; the router's Serial Query gets an empty delta
+    in the session it holds."""
+    time.sleep(HANDOVER_NOTIFY_AFTER * 1.5)
+    _nothing_more(sock)
+    sock.sendall(serial_query(2, session, serial))
+    response, payload, end = read_response(sock, framer)
+    assert (response.session_id, payload, end) == (session, [], serial)
+    assert _session_of(framer) == session
 
 
 def _nothing_more(sock: socket.socket) -> None:
@@ -107,7 +139,7 @@ def _nothing_more(sock: socket.socket) -> None:
 
 @pytest.mark.parametrize("state", [False, True], ids=["memory", "state"])
 @pytest.mark.parametrize("backend", BACKENDS)
-def test_a_tcp_router_keeps_its_connection_through_sigusr2(
+def test_a_tcp_router_keeps_its_connection_and_its_data_through_sigusr2(
     tmp_path: Path, backend: str, state: bool
 ) -> None:
     export = tmp_path / "export.json"
@@ -118,15 +150,15 @@ def test_a_tcp_router_keeps_its_connection_through_sigusr2(
         sock, deaf = _connect(port, log), _connect(port, log)
         with sock, deaf:
             framer, deaf_framer = PduFramer(), PduFramer()
-            session, _ = _first_table(sock, framer)
+            session, serial = _first_table(sock, framer)
             deaf_session, deaf_serial = _first_table(deaf, deaf_framer)
             idle = socket.create_connection(("127.0.0.1", port), timeout=5.0)  # no query yet
             log.wait_for(lambda e: e.get("msg", "").count("connected") and "(3 conn" in e["msg"])
             pid = proc.pid
             proc.send_signal(signal.SIGUSR2)
-            _survives(sock, framer, session)
-            _survives_ignoring_the_reset(deaf, deaf_framer, deaf_session, deaf_serial)
-            _nothing_more(sock)
+            _continued(log, routers=2)
+            _in_sync(sock, framer, session, serial)
+            _in_sync(deaf, deaf_framer, deaf_session, deaf_serial)
             with idle:
                 idle_framer = PduFramer()
                 idle.sendall(reset_query(1))
@@ -140,13 +172,48 @@ def test_a_tcp_router_keeps_its_connection_through_sigusr2(
     assert len(kept) == 3, kept
     assert any("at version 2" in e["msg"] for e in kept)
     assert any("before its first query" in e["msg"] for e in kept)
-    if state:  # the new image served the recovered state first, under new session ids
-        publishes = log.events("publish")
-        assert len(publishes) >= 2
-        assert publishes[1]["session_ids"]["v2"] != publishes[0]["session_ids"]["v2"]
+    assert not any("Cache Reset sent unasked" in e.get("msg", "") for e in log.lines)
+    publishes = log.events("publish")
+    assert len(publishes) >= 2
+    assert publishes[1]["session_ids"] == publishes[0]["session_ids"]
+    assert publishes[1]["serial"] == publishes[0]["serial"]
+    if state:  # the new image served the recovered state first
         msgs = [line.get("msg", "") for line in log.lines]
         (restart,) = [i for i, m in enumerate(msgs) if m.startswith("restarting (SIGUSR2)")]
         assert any(m.startswith("recovery from") for m in msgs[restart:]), msgs[restart:]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_other_content_after_sigusr2_brings_kept_routers_a_cache_reset(
+    tmp_path: Path, backend: str
+) -> None:
+    """The export changed while the old image was not looking (an HTTP source polled hourly):
+    the new image cannot continue the old session, so the kept routers are reset."""
+    changed = base_export()
+    changed["roas"] = [*changed["roas"], roa("198.51.100.0/24", 24, 64511)]
+    http = ScriptedServer()
+    http.script(
+        Reply(body=json.dumps(base_export()).encode()), Reply(body=json.dumps(changed).encode())
+    )
+    port = free_port()
+    args = _args(tmp_path / "unused.json", port, backend, "--poll-interval", "3600")
+    args[1] = http.url()
+    try:
+        with rtr_serve(*args) as (proc, log):
+            sock, deaf = _connect(port, log), _connect(port, log)
+            with sock, deaf:
+                framer, deaf_framer = PduFramer(), PduFramer()
+                session, _ = _first_table(sock, framer)
+                deaf_session, deaf_serial = _first_table(deaf, deaf_framer)
+                proc.send_signal(signal.SIGUSR2)
+                _survives(sock, framer, session, changed)
+                _survives_ignoring_the_reset(deaf, deaf_framer, deaf_session, deaf_serial, changed)
+                _nothing_more(sock)
+    finally:
+        http.close()
+    assert any("other content than the previous image" in e.get("msg", "") for e in log.lines)
+    publishes = log.events("publish")
+    assert publishes[1]["session_ids"]["v2"] != publishes[0]["session_ids"]["v2"]
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -172,11 +239,12 @@ def test_a_tls_router_is_closed_and_a_tcp_router_kept(tmp_path: Path, backend: s
         raw = socket.create_connection(("127.0.0.1", tls_port), timeout=5.0)
         with sock, context.wrap_socket(raw, server_hostname="localhost") as tls_sock:
             framer, tls_framer = PduFramer(), PduFramer()
-            session, _ = _first_table(sock, framer)
+            session, serial = _first_table(sock, framer)
             tls_sock.sendall(reset_query(2))
             read_full_response(tls_sock, tls_framer)
             proc.send_signal(signal.SIGUSR2)
-            _survives(sock, framer, session)
+            _continued(log, routers=1)
+            _in_sync(sock, framer, session, serial)
             # The TLS session was told Cache Restart and closed; the TLS listener serves on.
             goodbye = read_pdu(tls_sock, tls_framer)
             assert isinstance(goodbye, ErrorReport), goodbye
@@ -210,10 +278,11 @@ def test_a_failed_exec_keeps_serving(tmp_path: Path, backend: str) -> None:
             sock = _connect(port, log)
             with sock:
                 framer = PduFramer()
-                session, _ = _first_table(sock, framer)
+                session, serial = _first_table(sock, framer)
                 python.unlink()
                 proc.send_signal(signal.SIGUSR2)
-                _survives(sock, framer, session)
+                _continued(log, routers=1)  # the same process serves on what it served
+                _in_sync(sock, framer, session, serial)
                 assert proc.poll() is None
     finally:
         os.environ["PYTHONPATH"] = old

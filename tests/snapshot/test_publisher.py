@@ -1,13 +1,14 @@
-"""`SessionIds` and `Publisher` construction."""
+"""`SessionIds`, `Publisher` construction, and a `Continuation` taken up by the first publish."""
 
 from __future__ import annotations
 
 import pytest
 
 from snapshot.difflog import DEFAULT_MAX_BYTES, DEFAULT_MAX_ENTRIES
-from snapshot.publisher import VERSIONS, Publisher, SessionIds
+from snapshot.model import Vrp
+from snapshot.publisher import VERSIONS, Continuation, Publisher, SessionIds
 from snapshot.serial import Serial
-from snapshot.snapshot import EMPTY
+from snapshot.snapshot import EMPTY, Snapshot
 
 
 def test_session_id_per_version() -> None:
@@ -66,3 +67,38 @@ def test_published_state_is_frozen() -> None:
     assert state is not None
     with pytest.raises(AttributeError):
         state.serial = Serial(9)  # type: ignore[misc]
+
+
+def _snap(asn: int) -> Snapshot:
+    return Snapshot.build(vrps=[Vrp.parse("192.0.2.0/24", 24, asn)])
+
+
+def test_a_continuation_is_taken_up_for_the_same_content_only() -> None:
+    old = Continuation(SessionIds(7, 8, 9), Serial(41), _snap(64496).digest())
+    same = Publisher(SessionIds(1, 2, 3), continuation=old)
+    first = same.publish(_snap(64496))
+    assert first is not None
+    assert (first.session_ids, first.serial, same.continued) == (old.session_ids, Serial(41), True)
+    assert same.continuation is None
+    second = same.publish(_snap(64497))  # later publishes go on in the continued session
+    assert second is not None
+    assert (second.session_ids, second.serial) == (old.session_ids, Serial(42))
+    assert second.delta_since(Serial(41)) is not None
+
+    other = Publisher(SessionIds(1, 2, 3), continuation=old)
+    state = other.publish(_snap(64497))
+    assert state is not None
+    assert (state.session_ids, state.serial, other.continued) == (
+        SessionIds(1, 2, 3),
+        Serial(0),
+        False,
+    )
+    again = other.publish(_snap(64496))  # the old content later: no continuation any more
+    assert again is not None
+    assert again.session_ids == SessionIds(1, 2, 3)
+
+
+def test_a_continuation_needs_other_fresh_ids() -> None:
+    old = Continuation(SessionIds(7, 8, 9), Serial(41), _snap(64496).digest())
+    with pytest.raises(ValueError, match="differ from the continued"):
+        Publisher(SessionIds(1, 9, 3), continuation=old)
