@@ -67,12 +67,10 @@ signals:
                    --config, SIGHUP only logs that there is nothing to reload.
   SIGUSR2          restart without losing routers: re-execute the same command in the same
                    process, handing over the listening sockets and every idle plain-TCP router
-                   connection. When the new program's first data is what the old one
-                   served, it keeps the old session ids and serial and the routers keep
-                   their data; otherwise each router gets Cache Reset and the table under
-                   new session ids. The --state file is closed as at a stop first. TLS and
-                   SSH sessions are closed. Under systemd:
-                   systemctl kill -s USR2 rtr-serve.
+                   connection; with the same data the session ids and serial go on and
+                   routers keep their data, else they get Cache Reset and the table under
+                   new ids. --state is closed as at a stop first; TLS and SSH sessions are
+                   closed. Under systemd: systemctl kill -s USR2 rtr-serve.
 
 logging:
   One line per event on standard error: router session open and close (peer, version,
