@@ -15,6 +15,7 @@ same command is re-executed in the same process (`rtr_server.handover`).
 
 from __future__ import annotations
 
+import importlib
 import logging
 import signal
 import sys
@@ -26,14 +27,7 @@ import anyio
 from anyio.abc import TaskStatus
 
 from persistence.errors import PersistenceError
-from rtr_server import (
-    __version__,
-    cli_ssh,
-    compare_command,
-    dump_command,
-    gen_cert,
-    state_command,
-)
+from rtr_server import __version__
 from rtr_server.app import App, run_app
 from rtr_server.app_config import AppConfig
 from rtr_server.cli_args import build_check_config_parser, build_parser
@@ -47,6 +41,15 @@ from upstream.closing import ShutdownReport
 from upstream.source import SourceSetupError
 
 log = logging.getLogger("rtr_server")
+
+#: The subcommands besides serving: (module, function taking the rest of the command line).
+SUBCOMMANDS = {
+    "gen-cert": ("rtr_server.gen_cert", "main"),
+    "state": ("rtr_server.state_command", "main"),
+    "dump": ("rtr_server.dump_command", "main"),
+    "compare": ("rtr_server.compare_command", "main"),
+    "ssh-password": ("rtr_server.cli_ssh", "password_main"),
+}
 
 
 E = TypeVar("E", bound=BaseException)
@@ -161,18 +164,13 @@ class _Stopper:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rtr-serve`` console script."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] == ["gen-cert"]:
-        return gen_cert.main(argv[1:])
     if argv[:1] == ["check-config"]:
         return check_config(build_check_config_parser().parse_args(argv[1:]).file)
-    if argv[:1] == ["state"]:
-        return state_command.main(argv[1:])
-    if argv[:1] == ["dump"]:
-        return dump_command.main(argv[1:])
-    if argv[:1] == ["compare"]:
-        return compare_command.main(argv[1:])
-    if argv[:1] == ["ssh-password"]:
-        return cli_ssh.password_main(argv[1:])
+    if argv[:1] and argv[0] in SUBCOMMANDS:
+        # Imported only when asked for: serving starts without their imports.
+        module, function = SUBCOMMANDS[argv[0]]
+        command: Callable[[list[str]], int] = getattr(importlib.import_module(module), function)
+        return command(argv[1:])
     parser = build_parser()
     try:
         args, process = load_process_config(parser, argv)

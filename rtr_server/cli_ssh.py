@@ -17,11 +17,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import asyncssh
-from asyncssh import kex as asyncssh_kex
-
 from rtr_server.settings import ListenAddress
-from rtr_server.ssh import load_ssh_keys
 from rtr_server.ssh_settings import SshSettings, SshUser, hash_password
 
 __all__ = ["KEX_WHY", "add_ssh_options", "kex_algorithms", "password_main", "ssh_settings"]
@@ -55,6 +51,9 @@ def kex_algorithms(names: Sequence[str], option: str) -> tuple[str, ...]:
     """``names`` checked against asyncssh's key exchange algorithms; ValueError, one line."""
     if not names:
         raise ValueError(f"{option}: no key exchange algorithm given")
+    import asyncssh  # only when SSH is configured: serving without it skips the import
+    from asyncssh import kex as asyncssh_kex
+
     known = {alg.decode("ascii") for alg in asyncssh_kex.get_kex_algs()}
     for name in names:
         if name not in known:
@@ -169,6 +168,8 @@ def ssh_settings(
     except ValueError as exc:
         message = str(exc).replace("--ssh-authorized-keys", name("ssh_authorized_keys"))
         raise ValueError(message) from None
+    from rtr_server.ssh import load_ssh_keys  # asyncssh, only when SSH is configured
+
     load_ssh_keys(settings)  # an unusable key file is a configuration error now
     return settings
 

@@ -19,6 +19,7 @@ import logging
 import math
 import socket
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import (
@@ -43,10 +44,12 @@ from rtr_server.responses import ResponseCache
 from rtr_server.serving import HeldAnswer, ServerStats
 from rtr_server.session_log import log_close
 from rtr_server.settings import ListenAddress, ServerSettings
-from rtr_server.ssh import SshService
 from rtr_server.tcp_auth import rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
 from snapshot.publisher import PublishedState
+
+if TYPE_CHECKING:
+    from rtr_server.ssh import SshService
 
 log = logging.getLogger(__name__)
 
@@ -62,7 +65,11 @@ class RtrServer:
         self.settings = settings
         #: Built once; shared by every TLS connection.
         self.tls_context = make_server_context(settings.tls) if settings.tls else None
-        self.ssh = SshService(self, settings.ssh) if settings.ssh is not None else None
+        self.ssh: SshService | None = None
+        if settings.ssh is not None:
+            from rtr_server.ssh import SshService  # asyncssh is imported only for SSH
+
+            self.ssh = SshService(self, settings.ssh)
         self.state: PublishedState | None = None
         self.responses = ResponseCache(settings.timers, settings.response_cache_bytes)
         self.stats = ServerStats()

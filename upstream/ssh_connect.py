@@ -4,18 +4,16 @@ Logs in with a private key (publickey; the agent and ``~/.ssh`` keys when none i
 checks the cache's host key against a known_hosts file (``~/.ssh/known_hosts`` when none is
 given; an unknown host key is refused, never accepted blindly), opens the ``rpki-rtr``
 subsystem and returns its channel as an anyio `ByteStream` whose `aclose` also closes the SSH
-connection. asyncssh needs asyncio: under another event loop this fails with `SshConnectError`.
+connection. asyncssh needs asyncio: under another event loop this fails with `SshConnectError`;
+it is imported at the first connect, so that a start without SSH sources does not load it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import asyncssh
 import sniffio
 from anyio.abc import ByteStream
-
-from upstream.ssh_stream import SshByteStream
 
 __all__ = ["SUBSYSTEM", "SshConnectError", "SshLogin", "connect_ssh"]
 
@@ -35,29 +33,14 @@ class SshLogin:
     known_hosts: str | None = None
 
 
-class _ClientStream(SshByteStream):
-    """The subsystem channel; closing it closes the SSH connection it owns."""
-
-    def __init__(
-        self,
-        conn: asyncssh.SSHClientConnection,
-        reader: asyncssh.SSHReader[bytes],
-        writer: asyncssh.SSHWriter[bytes],
-    ) -> None:
-        super().__init__(reader, writer)
-        self._conn = conn
-
-    async def aclose(self) -> None:
-        try:
-            await super().aclose()
-        finally:
-            self._conn.close()
-
-
 async def connect_ssh(host: str, port: int, login: SshLogin) -> ByteStream:
     """The ``rpki-rtr`` subsystem of ``host:port`` as a byte stream; `SshConnectError`."""
     if sniffio.current_async_library() != "asyncio":
         raise SshConnectError("RTR over SSH needs the asyncio event loop")
+    import asyncssh
+
+    from upstream.ssh_stream import ClientSshByteStream
+
     options: dict[str, object] = {"username": login.user}
     if login.key_file is not None:
         options["client_keys"] = [login.key_file]
@@ -75,4 +58,4 @@ async def connect_ssh(host: str, port: int, login: SshLogin) -> ByteStream:
     except BaseException:
         conn.close()
         raise
-    return _ClientStream(conn, reader, writer)
+    return ClientSshByteStream(conn, reader, writer)

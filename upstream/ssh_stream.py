@@ -5,7 +5,8 @@ which returns only when asyncssh's send buffer is below its high-water mark (the
 channel window and the socket decide), so a slow router holds at most one chunk plus that
 buffer. End of file from the router is `anyio.EndOfStream`; a lost connection is
 `anyio.BrokenResourceError`. `aclose` closes the channel (not the SSH connection: its owner,
-`rtr_server.ssh` or `upstream.ssh_connect`, closes that when the channel is gone).
+`rtr_server.ssh`, closes that when the channel is gone); `ClientSshByteStream`, the client's
+(`upstream.ssh_connect`), owns its connection and closes it too.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import anyio
 import asyncssh
 from anyio.abc import ByteStream
 
-__all__ = ["SshByteStream"]
+__all__ = ["ClientSshByteStream", "SshByteStream"]
 
 
 class SshByteStream(ByteStream):
@@ -68,3 +69,22 @@ class SshByteStream(ByteStream):
         channel.close()
         with anyio.move_on_after(1.0, shield=True):
             await channel.wait_closed()
+
+
+class ClientSshByteStream(SshByteStream):
+    """The subsystem channel of a client; closing it closes the SSH connection it owns."""
+
+    def __init__(
+        self,
+        conn: asyncssh.SSHClientConnection,
+        reader: asyncssh.SSHReader[bytes],
+        writer: asyncssh.SSHWriter[bytes],
+    ) -> None:
+        super().__init__(reader, writer)
+        self._conn = conn
+
+    async def aclose(self) -> None:
+        try:
+            await super().aclose()
+        finally:
+            self._conn.close()
