@@ -160,6 +160,8 @@ def difference(old: bytes, new: bytes, width: int) -> tuple[bytes, bytes]:
     """
     if old == new:
         return b"", b""
+    if not old:  # a first table: all of it is added, already descending
+        return new, b""
     added: list[bytes] = []
     removed: list[bytes] = []
     i = j = 0
