@@ -51,6 +51,7 @@ class HandoverAdoption:
     _version: int | None
     _last_serial: Serial | None
     _session_id: int | None
+    _no_data_sent: bool
 
     @property
     def kept_unconfirmed(self) -> bool:
@@ -62,13 +63,16 @@ class HandoverAdoption:
 
         This image continued the previous one's session ids and serial (same content,
         `snapshot.Continuation`): a router that holds that session id and a serial still in the
-        diff log is one of ours from now on, as if it had had that response here.
+        diff log is one of ours from now on, as if it had had that response here (also while
+        its query is held; not after No Data Available, which a router may flush on).
         """
         known = self._adopted
         if known is None or self._last_serial is not None or self._adopt_reset is not None:
             return False
         version = self._version
-        if version is None or self._state is not SessionState.IDLE:
+        if version is None or self._state not in (SessionState.IDLE, SessionState.HELD):
+            return False
+        if self._no_data_sent:  # told No Data Available here: it may have dropped its table
             return False
         session_id, serial = known
         if session_id != state.session_ids.for_version(version):

@@ -79,3 +79,24 @@ def test_a_router_adopted_without_data_confirms_nothing() -> None:
     session.adopt(1)
     assert not session.confirm_kept(STATE_A)
     assert session.last_serial is None
+
+
+def test_a_held_query_is_confirmed_before_it_is_answered() -> None:
+    session = ServerSession(hold=True)
+    session.adopt(2, (IDS.v2, STATE_A.serial))
+    feed(session, serial_query(2, IDS.v2, int(STATE_A.serial)))
+    act(session, None)  # held: no data yet
+    assert session.held
+    assert session.confirm_kept(STATE_A)  # the I/O layer confirms (and logs) first
+    delta = act(session, STATE_A)
+    assert isinstance(delta, SendDelta)
+    assert delta.delta.is_empty()
+
+
+def test_a_router_told_no_data_is_not_confirmed() -> None:
+    session = ServerSession()  # no holding: No Data Available at once
+    session.adopt(2, (IDS.v2, STATE_A.serial))
+    feed(session, serial_query(2, IDS.v2, int(STATE_A.serial)))
+    act(session, None)  # No Data Available: a router may have flushed its table on it
+    assert not session.confirm_kept(STATE_A)
+    assert session.handover_reset() is not None

@@ -3,10 +3,12 @@ process ``LISTEN_PID`` names; a token it cannot use is logged and gives new sess
 
 from __future__ import annotations
 
+import hashlib
 import logging
 
 import pytest
 
+from rtr_protocol import Timers, encode_full_response
 from rtr_server.continuity import (
     SERVED_ENV,
     WIRE_FORMAT,
@@ -14,7 +16,7 @@ from rtr_server.continuity import (
     fresh_session_ids,
     served_token,
 )
-from snapshot import Publisher, Serial, SessionIds, Snapshot, Vrp
+from snapshot import Aspa, Publisher, RouterKey, Serial, SessionIds, Snapshot, Vrp
 
 
 def _state() -> tuple[Snapshot, str]:
@@ -68,3 +70,31 @@ def test_fresh_ids_avoid_what_they_are_told() -> None:
     for _ in range(20):
         ids = fresh_session_ids(avoid)
         assert not {ids.v0, ids.v1, ids.v2} & avoid
+
+
+#: SHA-256 of the full responses below at versions 0, 1 and 2, encoded under WIRE_FORMAT 1.
+WIRE_DIGESTS = {
+    0: "69338fc9bfa4e3ddd931c1abf6bcdfffa84759ba2cf176975cb9e4e74660e47a",
+    1: "14dea3b155f0c574cbaa010298e0922b96eb8cdd7a5e8cbf183b8ab17ec3652f",
+    2: "deb5040b4bc703b1d023476e4c7ad79f6a75d0a2fa22bd3de0e46272863cd8a7",
+}
+
+
+def test_the_wire_format_is_raised_when_the_encoding_changes() -> None:
+    """A router kept in a continued session holds what it decoded from the old image's PDUs:
+    when the same content is encoded otherwise, `WIRE_FORMAT` must change (and this record)."""
+    snap = Snapshot.build(
+        vrps=[Vrp.parse("192.0.2.0/24", 24, 64496), Vrp.parse("2001:db8::/32", 48, 64497)],
+        aspas=[Aspa(64496, (64497, 64498))],
+        router_keys=[RouterKey(bytes(range(20)), 64496, b"\x30\x01\x00")],
+    )
+    got = {
+        version: hashlib.sha256(
+            b"".join(encode_full_response(snap, version, 7, Serial(9), Timers(3600, 600, 7200)))
+        ).hexdigest()
+        for version in (0, 1, 2)
+    }
+    assert (WIRE_FORMAT, got) == (1, WIRE_DIGESTS), (
+        "the PDUs of the same content changed: raise rtr_server.continuity.WIRE_FORMAT and "
+        "record the new digests here"
+    )
