@@ -306,7 +306,7 @@ class ServerSession(PipelinedQueries):
         if not self.may_notify or self._version is None:
             return None
         version = self._version
-        if self._adopted is not None and self._last_serial is None:
+        if self.kept_unconfirmed:
             return self._adopted_notify(version, state)
         return encode_serial_notify(version, state.session_ids.for_version(version), state.serial)
 
@@ -455,9 +455,7 @@ class ServerSession(PipelinedQueries):
         version = pdu.version
         if state is None:
             return self._hold_query(pdu) if self._hold else self._no_data(version)
-        if (  # holds the old image's data, unless this image continued its session
-            self._adopted is not None and self._last_serial is None and not self.confirm_kept(state)
-        ):
+        if self.kept_unconfirmed and not self.confirm_kept(state):  # the old image's data
             return SendCacheReset(version, encode_cache_reset(version))
         if self._session_id is not None and pdu.session_id != self._session_id:
             if early := self._early_serial_query(pdu, state):

@@ -39,7 +39,7 @@ from rtr_server.http.view import GroupView, SourceView
 from rtr_server.publish_log import PublishLog
 from rtr_server.publishing import Publishing
 from rtr_server.server import RtrServer
-from snapshot.publisher import PublishedState, Publisher, SessionIds
+from snapshot.publisher import PublishedState, Publisher
 from snapshot.snapshot import Snapshot
 from upstream.client import Client
 from upstream.clock import Clock
@@ -62,7 +62,7 @@ class App:
         self.server = RtrServer(config.server)
         continued = config.server.continued
         publisher = Publisher(
-            fresh_session_ids(() if continued is None else _ids(continued.session_ids)),
+            fresh_session_ids(() if continued is None else continued.session_ids.values),
             max_entries=config.history,
             max_bytes=config.history_bytes,
             continuation=continued,
@@ -179,9 +179,8 @@ class App:
         current = self.publishing.current
         if current is None:
             return None
-        ids = current.session_ids
         return Publication(
-            current.serial.value, (ids.v0, ids.v1, ids.v2), current.snapshot.vrp_count
+            current.serial.value, current.session_ids.values, current.snapshot.vrp_count
         )
 
     async def run(self, *, task_status: TaskStatus[App] = anyio.TASK_STATUS_IGNORED) -> None:
@@ -250,10 +249,6 @@ class App:
     async def _cancel_at_stop(self, scope: anyio.CancelScope) -> None:
         await self._stop.wait()
         scope.cancel()
-
-
-def _ids(ids: SessionIds) -> tuple[int, int, int]:
-    return (ids.v0, ids.v1, ids.v2)
 
 
 async def run_app(

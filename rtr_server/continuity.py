@@ -80,5 +80,5 @@ def fresh_session_ids(avoid: Iterable[int] = ()) -> SessionIds:
     taken = set(avoid)
     while True:
         ids = SessionIds.from_random(secrets.token_bytes(2))
-        if not {ids.v0, ids.v1, ids.v2} & taken:
+        if not set(ids.values) & taken:
             return ids

@@ -87,8 +87,8 @@ class Publishing:
         ids = self.publisher.session_ids
         avoid = set(previous)
         if (continued := self.publisher.continuation) is not None:
-            avoid |= {continued.session_ids.v0, continued.session_ids.v1, continued.session_ids.v2}
-        if {ids.v0, ids.v1, ids.v2} & avoid:
+            avoid |= set(continued.session_ids.values)
+        if set(ids.values) & avoid:
             self.publisher.session_ids = fresh_session_ids(avoid)
 
 

@@ -34,11 +34,16 @@ class SessionIds:
         if len(set(ids)) != len(ids):
             raise ValueError(f"session ids per version must be distinct, got {ids}")
 
+    @property
+    def values(self) -> tuple[int, int, int]:
+        """The ids of versions 0, 1 and 2, in that order."""
+        return (self.v0, self.v1, self.v2)
+
     def for_version(self, version: int) -> int:
         """The session id used on sessions of ``version``."""
         if version not in VERSIONS:
             raise ValueError(f"no RTR version {version}")
-        return (self.v0, self.v1, self.v2)[version]
+        return self.values[version]
 
     @classmethod
     def from_random(cls, draw: bytes) -> SessionIds:
@@ -93,11 +98,9 @@ class Publisher:
         published at its serial under its session ids (``continued`` then says so); any other
         first snapshot gets ``session_ids``, which must differ from the continuation's.
         """
-        if continuation is not None and {
-            session_ids.v0,
-            session_ids.v1,
-            session_ids.v2,
-        } & {continuation.session_ids.v0, continuation.session_ids.v1, continuation.session_ids.v2}:
+        if continuation is not None and set(session_ids.values) & set(
+            continuation.session_ids.values
+        ):
             raise ValueError("session ids must differ from the continued ones")
         self.session_ids = session_ids
         self.initial_serial = initial_serial
