@@ -11,7 +11,8 @@ prefix length, maxLength, ASN, trust anchor and expiry:
 
 The IPv4/IPv6 mix of the real table is kept. Extra ASPAs are copies of real ones (providers and
 their count per customer kept) for customers from the private-use range 4,200,000,000 and up.
-Router keys are kept. ``--next OUT`` also writes the table a validator would export a little
+Router keys are kept. A table with copies is written in rpki-client's order (by address), like
+the real one. ``--next OUT`` also writes the table a validator would export a little
 later: ``--add`` VRPs announced and ``--remove`` withdrawn (the real 30-minute pair has 9 and 6),
 for the propagation benchmarks. ``--shift-to-now`` moves every time so that the build time is now
 (what ``../shared/tools/shift_times.py`` does), so a cache that honours ``expires`` keeps all.
@@ -95,6 +96,23 @@ def _family(roas: list[dict[str, Any]], want: int, rounds: int) -> list[dict[str
     return out
 
 
+def _order(roa: dict[str, Any]) -> tuple[int, int, int, int, int]:
+    """rpki-client's order of VRPs: family, address, prefix length, max length, ASN."""
+    net = ipaddress.ip_network(roa["prefix"])
+    return (
+        net.version,
+        int(net.network_address),
+        net.prefixlen,
+        int(roa["maxLength"]),
+        int(roa["asn"]),
+    )
+
+
+def _in_order(roas: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``roas`` in rpki-client's order (the moved copies among the real ones)."""
+    return sorted(roas, key=_order)
+
+
 def _chain(first: list[dict[str, Any]], rest: Iterator[dict[str, Any]]) -> Iterator[dict[str, Any]]:
     yield from first
     yield from rest
@@ -117,6 +135,8 @@ def scale(table: dict[str, Any], vrps: int, aspas: int) -> dict[str, Any]:
     want_v4 = round(vrps * len(v4) / len(roas))
     out = dict(table)
     out["roas"] = _family(v4, want_v4, len(V4_ROUNDS)) + _family(v6, vrps - want_v4, len(V6_ROUNDS))
+    if vrps > len(roas):
+        out["roas"] = _in_order(out["roas"])
     out["aspas"] = _aspas(list(table.get("aspas") or []), aspas)
     metadata = dict(table.get("metadata") or {})
     metadata.update(vrps=len(out["roas"]), uniquevrps=len(out["roas"]), aspas=len(out["aspas"]))
@@ -136,7 +156,7 @@ def changed(table: dict[str, Any], add: int, remove: int) -> dict[str, Any]:
         for i in range(add)
     ]
     out = dict(table)
-    out["roas"] = kept + new
+    out["roas"] = new + kept  # 0.0.x.0/24 come first in rpki-client's order
     metadata = dict(table.get("metadata") or {})
     metadata.update(vrps=len(out["roas"]), uniquevrps=len(out["roas"]))
     out["metadata"] = metadata

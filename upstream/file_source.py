@@ -22,23 +22,16 @@ import anyio
 from snapshot.kinds import ALL_KINDS, PayloadKind
 from upstream.clock import Clock
 from upstream.decompress import decompress
+from upstream.export_file import DEFAULT_MAX_BYTES, read_export
 from upstream.format_error import FormatError
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS, parse_export
 from upstream.payload import SourcePayload
-from upstream.source import (
-    Delivery,
-    DeliverySink,
-    HeldExport,
-    HoldsExports,
-    payload_identity,
-)
+from upstream.pieces import PieceMemo
+from upstream.source import DeliverySink, HeldExport, HoldsExports
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import as_keeper
 
 log = logging.getLogger(__name__)
-
-#: 1 GiB: about ten times today's largest global export, uncompressed.
-DEFAULT_MAX_BYTES = 1 << 30
 
 
 def load_file(path: Path, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS) -> SourcePayload:
@@ -46,24 +39,8 @@ def load_file(path: Path, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS) 
     return parse_export(decompress(path.read_bytes()), max_aspa_providers=max_aspa_providers)
 
 
-def _read_and_parse(
-    path: Path,
-    known: tuple[bytes | None, ...],
-    max_aspa_providers: int,
-    max_bytes: int = DEFAULT_MAX_BYTES,
-) -> tuple[bytes, int, Delivery | None]:
-    """(digest, size, delivery); the delivery is None when the digest is one of ``known``."""
-    raw = path.read_bytes()
-    digest = hashlib.sha256(raw).digest()
-    size = len(raw)
-    if digest in known:
-        return digest, size, None
-    if size > max_bytes:
-        raise FormatError(f"file of {size} bytes exceeds the limit of {max_bytes} bytes")
-    data = decompress(raw, max_size=max_bytes)
-    del raw
-    payload = parse_export(data, max_aspa_providers=max_aspa_providers)
-    return digest, size, Delivery(payload, payload_identity(payload))
+#: (digest, size, delivery) of the export file (`upstream.export_file`), in a worker thread.
+_read_and_parse = read_export
 
 
 def _digest_of(path: Path) -> bytes | None:
@@ -114,6 +91,8 @@ class FileSource(HoldsExports):
         self._rejected_digest: bytes | None = None
         #: A valid export held back because its build time is ahead of the wall clock.
         self._held: HeldExport | None = None
+        #: The pieces of the last export read: the next read decodes only the changed ones.
+        self._memo = PieceMemo()
 
     def refreshing(self) -> bool:
         """True before the first look and while the last one found a readable, valid file."""
@@ -174,6 +153,7 @@ class FileSource(HoldsExports):
                 (self._digest, self._rejected_digest),
                 self.max_aspa_providers,
                 self.max_bytes,
+                self._memo,
             )
         except FileNotFoundError:
             return False  # removed between stat and read; the next poll says so

@@ -16,6 +16,7 @@ import httpx
 from upstream.decompress import ContentDecoder, decode, decode_flush, decompress
 from upstream.format_error import FormatError, SizeLimitError
 from upstream.json_format import parse_export
+from upstream.pieces import PieceMemo
 from upstream.source import Delivery, payload_identity
 
 __all__ = [
@@ -93,9 +94,16 @@ class Parsed:
 
 
 def digest_and_parse(
-    chunks: list[bytes], known: tuple[bytes | None, ...], limit: int, max_aspa_providers: int
+    chunks: list[bytes],
+    known: tuple[bytes | None, ...],
+    limit: int,
+    max_aspa_providers: int,
+    memo: PieceMemo | None = None,
 ) -> Parsed:
-    """Hash the body; unless the hash is ``known``, decompress and parse it (worker thread)."""
+    """Hash the body; unless the hash is ``known``, decompress and parse it (worker thread).
+
+    ``memo`` holds the pieces of the last export read (`upstream.pieces`).
+    """
     sha = hashlib.sha256()
     for chunk in chunks:
         sha.update(chunk)
@@ -106,7 +114,7 @@ def digest_and_parse(
     chunks.clear()
     try:
         data = decompress_bounded(data, limit)
-        payload = parse_export(data, max_aspa_providers=max_aspa_providers)
+        payload = parse_export(data, max_aspa_providers=max_aspa_providers, memo=memo)
         return Parsed(digest, Delivery(payload, payload_identity(payload)))
     except FormatError as exc:
         return Parsed(digest, failure=PollError("format", str(exc)))

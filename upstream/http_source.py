@@ -97,6 +97,7 @@ from upstream.http_rules import (
     user_agent,
 )
 from upstream.json_format import DEFAULT_MAX_ASPA_PROVIDERS
+from upstream.pieces import PieceMemo
 from upstream.source import (
     DeliverySink,
     HeldExport,
@@ -199,6 +200,8 @@ class HttpSource(HoldsExports):
         self._rejected_digest: bytes | None = None
         #: A valid export held back because its build time is ahead of the wall clock.
         self._held: HeldExport | None = None
+        #: The pieces of the last export read: the next read decodes only the changed ones.
+        self._memo = PieceMemo()
         self._wake: anyio.Event | None = None
         #: The environment's proxies (`proxy_map`), read by `prepare`.
         self._proxies: dict[str, httpx.Proxy | None] | None = None
@@ -356,6 +359,7 @@ class HttpSource(HoldsExports):
             (self._digest, self._rejected_digest),
             self.max_bytes,
             self.max_aspa_providers,
+            self._memo,
         )
         self._etag, self._last_modified = response.etag, response.last_modified
         return self._evaluated(response, parsed, started, sink), None

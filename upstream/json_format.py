@@ -14,19 +14,23 @@ A VRP or router key listed more than once (several trust anchors, any expiries) 
 with the latest expiry plus its other supports as extras (`SourcePayload.vrp_duplicates`,
 ``router_key_duplicates``; contract P-27); every ASPA entry is its own support.
 
-Speed and memory: an export of the common shape is decoded once by msgspec straight from its
-bytes into small ``roas`` structs (`upstream.json_typed`), each packed into a key without
-``ipaddress`` objects; its other sections (small) go through the hooked read below. Any other
-document is decoded by the C JSON scanner with an ``object_hook`` that turns each payload
-object into a packed key on the spot, so no per-entry dict survives the parse. The hook's result
-is checked afterwards; a document whose payload objects are not where expected is re-read the
-slow way, which names the entry, the field and the value. All three give the same payload.
+Speed and memory: the ``roas`` of an export of the common shape given as bytes are read in
+pieces (`upstream.piece_reader`: msgspec decodes each piece of the array straight into small
+structs, packed at once into keys without ``ipaddress`` objects; unchanged pieces of the
+source's previous export come from its `PieceMemo`); its other sections (small) go through the
+hooked read below, or come from the memo when their bytes are unchanged. Otherwise the document
+is decoded whole: by msgspec into the same structs, else by the C JSON scanner with an
+``object_hook`` that turns each payload object into a packed key on the spot, so no per-entry
+dict survives the parse. The hook's result is checked afterwards; a document whose payload
+objects are not where expected is re-read the slow way, which names the entry, the field and
+the value. All of them give the same payload.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
-import socket
+import os
 from array import array
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -42,24 +46,23 @@ from upstream.json_fields import (
     time_value,
     vrp_key,
 )
+from upstream.packed_vrp import ABSENT, packed_key
 from upstream.payload import SourcePayload
+from upstream.pieces import PieceMemo, Sections, VrpTables, assemble
 
 if TYPE_CHECKING:
     from upstream.json_typed import Roa
+    from upstream.piece_reader import PieceRead
 
 __all__ = [
     "DEFAULT_MAX_ASPA_PROVIDERS",
-    "check_generated",
     "parse_entries",
     "parse_export",
+    "pieced_payload",
 ]
 
 #: rpki-client and OpenBGPD drop provider sets above this size; so do we by default.
 DEFAULT_MAX_ASPA_PROVIDERS: Final = 10_000
-
-_INET_PTON = socket.inet_pton
-_AF_INET = socket.AF_INET
-_AF_INET6 = socket.AF_INET6
 
 
 # ---------------------------------------------------------------- the parse
@@ -76,8 +79,6 @@ class _Marker:
 
 
 _VRP: Final = _Marker("vrp")
-_LENGTHS: Final = {str(n): n for n in range(129)}
-_LENGTH_PAIRS: Final = [[bytes((m, p)) for p in range(129)] for m in range(129)]
 _KEY: Final = _Marker("router_key")
 
 
@@ -92,35 +93,6 @@ class _AspaAt:
 
 #: The afi (0 both, 1 IPv4, 2 IPv6) of the ASPA entries of a section, by its label.
 _SECTION_AFI: Final = {"provider_authorizations.ipv4": 1, "provider_authorizations.ipv6": 2}
-
-
-#: A ``maxLength`` the hooked read did not find (the typed read has its own, msgspec's).
-_ABSENT: Final = object()
-
-
-def _packed_key(
-    prefix: str, asn: int, max_length: object, absent: object = _ABSENT
-) -> bytes | None:
-    """The packed key of a VRP of the common shape (``max_length`` an int or ``absent``).
-
-    None when it is not valid that way: the general read then names what is wrong.
-    """
-    address, _, length_text = prefix.partition("/")
-    length = _LENGTHS.get(length_text)
-    if length is None:
-        return None
-    if max_length is absent:
-        max_length = length
-    if type(max_length) is not int or not 0 <= length <= max_length or asn >> 32 or asn < 0:
-        return None
-    try:
-        raw = _INET_PTON(_AF_INET6 if ":" in address else _AF_INET, address)
-    except OSError:
-        return None
-    bits = len(raw) * 8
-    if max_length > bits or int.from_bytes(raw) & ((1 << (bits - length)) - 1):
-        return None
-    return raw + _LENGTH_PAIRS[max_length][length] + asn.to_bytes(4)
 
 
 class _Collector:
@@ -138,6 +110,8 @@ class _Collector:
         #: The afi of each entry of ``aspas`` (set by section once the hook's parse is done).
         self.aspa_afis = bytearray()
         self.counts = {"vrp": 0, "router_key": 0, "aspa": 0}
+        #: The VRP tables when they were read in pieces (`upstream.piece_reader`), not here.
+        self.tables: VrpTables | None = None
 
     def add_vrp(self, entry: dict[str, Any]) -> None:
         self.counts["vrp"] += 1
@@ -192,7 +166,7 @@ class _Collector:
         expires = obj.get("expires")
         if type(asn) is not int or type(expires) is not int or type(prefix) is not str:
             return False
-        return self.add_packed(prefix, asn, obj.get("maxLength", _ABSENT), expires)
+        return self.add_packed(prefix, asn, obj.get("maxLength", ABSENT), expires)
 
     def add_typed(self, roas: list[Roa], unset: object) -> bool:
         """Pack every typed entry (`upstream.json_typed`, ``unset`` its absent ``maxLength``).
@@ -203,7 +177,7 @@ class _Collector:
         general way. The structs are taken from the end, each freed once packed (the order
         is immaterial).
         """
-        vrps, again, packed, pop = self.vrps, self._vrp, _packed_key, roas.pop
+        vrps, again, packed, pop = self.vrps, self._vrp, packed_key, roas.pop
         count = len(roas)
         while roas:
             roa = pop()
@@ -219,7 +193,7 @@ class _Collector:
 
     def add_packed(self, prefix: str, asn: int, max_length: object, expires: int) -> bool:
         """A VRP of the common shape, valid; False (and nothing added) otherwise."""
-        key = _packed_key(prefix, asn, max_length)
+        key = packed_key(prefix, asn, max_length)
         if key is None:
             return False
         self.counts["vrp"] += 1
@@ -231,24 +205,47 @@ class _Collector:
         return True
 
     def payload(self, generated: int | None) -> SourcePayload:
+        tables = self.tables if self.tables is not None else self._vrp_tables()
+        return _payload(tables, self.sections(), generated)
+
+    def sections(self) -> Sections:
+        """What the router key and ASPA sections held."""
+        return Sections(
+            tuple(sorted(self.router_keys.items(), key=lambda kv: kv[0].sort_key())),
+            tuple(sorted(self.key_extras, key=lambda ke: (ke[0].sort_key(), -ke[1]))),
+            tuple(self.aspas),
+            bytes(self.aspa_afis) if any(self.aspa_afis) else b"",
+        )
+
+    def _vrp_tables(self) -> VrpTables:
         v4 = sorted((k for k in self.vrps if len(k) == V4_KEY_SIZE), reverse=True)
         v6 = sorted((k for k in self.vrps if len(k) == V6_KEY_SIZE), reverse=True)
         get = self.vrps.__getitem__
-        return SourcePayload(
+        return VrpTables(
             b"".join(v4),
             array("q", map(get, v4)),
             b"".join(v6),
             array("q", map(get, v6)),
-            tuple(sorted(self.router_keys.items(), key=lambda kv: kv[0].sort_key())),
-            tuple(self.aspas),
-            generated,
             tuple(
                 (4 if len(k) == V4_KEY_SIZE else 6, k, e)
                 for k, e in sorted(self.vrp_extras, key=_extra_order, reverse=True)
             ),
-            tuple(sorted(self.key_extras, key=lambda ke: (ke[0].sort_key(), -ke[1]))),
-            bytes(self.aspa_afis) if any(self.aspa_afis) else b"",
         )
+
+
+def _payload(tables: VrpTables, sections: Sections, generated: int | None) -> SourcePayload:
+    return SourcePayload(
+        tables.v4,
+        tables.v4_expires,
+        tables.v6,
+        tables.v6_expires,
+        sections.router_keys,
+        sections.aspas,
+        generated,
+        tables.duplicates,
+        sections.router_key_duplicates,
+        sections.aspa_afis,
+    )
 
 
 def _extra_order(extra: tuple[bytes, int]) -> tuple[bool, bytes, int]:
@@ -313,29 +310,34 @@ def _generated(doc: dict[str, Any]) -> int | None:
     return None
 
 
-def check_generated(generated: int | None, wall: float, tolerance: float) -> str | None:
-    """Why an export built at ``generated`` cannot be admitted at raw wall time ``wall``.
-
-    An export stating a build time later than the wall clock plus ``tolerance`` comes from a
-    clock we cannot reconcile with ours: it is held back (None: it may be admitted).
-    """
-    if generated is None or generated <= wall + tolerance:
-        return None
-    return (
-        f"the export says it was built at {generated}, {generated - wall:.0f} s after the wall "
-        f"clock ({wall:.0f}); beyond the clock tolerance of {tolerance:g} s"
-    )
-
-
 def parse_export(
-    data: bytes | str, *, max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS
+    data: bytes | str,
+    *,
+    max_aspa_providers: int = DEFAULT_MAX_ASPA_PROVIDERS,
+    memo: PieceMemo | None = None,
 ) -> SourcePayload:
     """Parse one export (already decompressed).
+
+    ``memo`` holds the pieces of the source's previous export (`upstream.pieces`): unchanged
+    pieces are taken from it, and it is replaced by this export's pieces (or emptied, when the
+    export is read another way; a refused export leaves it as it was).
 
     Raises:
         FormatError: the document is not JSON of a known shape, or an entry is invalid; the
             message names the entry (section[index]), the field and the value.
     """
+    if isinstance(data, bytes):
+        pieced = _from_pieces(data, memo, max_aspa_providers)
+        if pieced is not None:
+            return pieced
+    payload = _whole(data, max_aspa_providers)
+    if memo is not None:
+        memo.clear()  # kept through a refused export, emptied by one read otherwise
+    return payload
+
+
+def _whole(data: bytes | str, max_aspa_providers: int) -> SourcePayload:
+    """The export read as one document: typed, else hooked, else walked entry by entry."""
     # msgspec is compiled: loaded at the first parse, not by every importer of the package
     # (the state's readers under other interpreters need only pure-Python dependencies, P-38).
     from upstream import json_typed
@@ -355,6 +357,54 @@ def parse_export(
     # Payload-shaped objects were not all where expected (or some entry is incomplete):
     # decode again without the hook and walk the payload sections one entry at a time.
     return _slow_path(_loads(data, None), max_aspa_providers)
+
+
+def _from_pieces(
+    data: bytes, memo: PieceMemo | None, max_aspa_providers: int
+) -> SourcePayload | None:
+    """The export read in pieces (`upstream.piece_reader`); None when it cannot be read so."""
+    from upstream import piece_reader
+
+    read = piece_reader.read_pieces(data, memo)
+    return None if read is None else pieced_payload(read, memo, max_aspa_providers)
+
+
+def pieced_payload(
+    read: PieceRead, memo: PieceMemo | None, max_aspa_providers: int
+) -> SourcePayload | None:
+    """The payload of an export whose ``roas`` were read in pieces; None when it is not one.
+
+    The array cut out must be the document's own top-level ``roas``: with it replaced by a mark
+    nobody can write in advance, the document must decode with that mark as its ``roas``. Its
+    other sections are read as always (taken from ``memo`` when their bytes are unchanged), and
+    ``memo`` then holds this export's pieces.
+    """
+    from upstream import json_typed
+
+    mark = b'"' + os.urandom(12).hex().encode() + b'"'
+    rest = json_typed.decode_frame(read.frame(mark), mark)
+    if rest is None:
+        return None
+    raw_sections, metadata = rest
+    # The metadata alone: no payload object may hide in it (the general read would not take
+    # the export then either); its build time is read as always.
+    meta = _hooked(metadata, _Collector(max_aspa_providers), 0)
+    if meta is None:
+        return None
+    digest = hashlib.sha256(raw_sections).digest()
+    known = memo.sections if memo is not None else None
+    if known is not None and known[:2] == (digest, max_aspa_providers):
+        sections = known[2]
+    else:
+        fast = _Collector(max_aspa_providers)
+        if _hooked(raw_sections, fast, 0) is None:
+            return None
+        sections = fast.sections()
+    tables = assemble([p.v4 for p in read.pieces], [p.v6 for p in read.pieces])
+    if memo is not None:
+        memo.replace(read.pieces)
+        memo.sections = digest, max_aspa_providers, sections
+    return _payload(tables, sections, meta.generated)
 
 
 def _hooked(data: bytes | str, fast: _Collector, typed: int) -> SourcePayload | None:

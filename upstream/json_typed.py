@@ -13,7 +13,15 @@ from dataclasses import dataclass
 
 import msgspec
 
-__all__ = ["UNSET", "Roa", "TypedExport", "decode_typed"]
+__all__ = [
+    "PIECE_DECODER",
+    "PIECE_ERRORS",
+    "UNSET",
+    "Roa",
+    "TypedExport",
+    "decode_frame",
+    "decode_typed",
+]
 
 #: A ``maxLength`` that was not written (the prefix length applies).
 UNSET = msgspec.UNSET
@@ -31,8 +39,9 @@ class Roa(msgspec.Struct, gc=False):
 _Raw = msgspec.Raw | msgspec.UnsetType
 
 
-class _Document(msgspec.Struct):
-    roas: list[Roa]
+class _Sections(msgspec.Struct):
+    """The sections besides ``roas`` that the parser knows, raw."""
+
     metadata: _Raw = msgspec.UNSET
     bgpsec_keys: _Raw = msgspec.UNSET
     routerKeys: _Raw = msgspec.UNSET  # noqa: N815
@@ -40,6 +49,14 @@ class _Document(msgspec.Struct):
     aspas: _Raw = msgspec.UNSET
     provider_authorizations: _Raw = msgspec.UNSET
     aspa: _Raw = msgspec.UNSET
+
+
+class _Document(_Sections, kw_only=True):
+    roas: list[Roa]
+
+
+class _Frame(_Sections, kw_only=True):
+    roas: list[msgspec.Raw]
 
 
 #: The document's keys, as written, of the raw sections.
@@ -54,6 +71,11 @@ _RAW_KEYS = (
 )
 
 _DECODER = msgspec.json.Decoder(_Document)
+_FRAME_DECODER = msgspec.json.Decoder(_Frame)
+#: Decodes one piece of a ``roas`` array (`upstream.piece_reader`), brackets added.
+PIECE_DECODER = msgspec.json.Decoder(list[Roa])
+#: What the piece decoder raises on bytes that are not such entries.
+PIECE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError)
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,9 +93,32 @@ def decode_typed(data: bytes | str) -> TypedExport | None:
         doc = _DECODER.decode(data)
     except (msgspec.DecodeError, msgspec.ValidationError):
         return None
+    return TypedExport(doc.roas, _rest(doc))
+
+
+def decode_frame(frame: bytes, mark: bytes) -> tuple[bytes, bytes] | None:
+    """The raw payload sections and metadata of an export whose ``roas`` became ``[mark]``.
+
+    The sections are ``{"roas": [], ...}`` with the other known payload sections, raw; the
+    metadata is ``{"roas": [], "metadata": ...}`` (without the key when the export has none).
+    None unless ``frame`` is a JSON document of the common shape whose (last) top-level ``roas``
+    is exactly that array: then the array that was cut out is the export's ``roas``, at the top
+    level and not overridden by a later ``roas`` key.
+    """
+    try:
+        doc = _FRAME_DECODER.decode(frame)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+    if len(doc.roas) != 1 or bytes(doc.roas[0]) != mark:
+        return None
+    return _rest(doc, _RAW_KEYS[1:]), _rest(doc, _RAW_KEYS[:1])
+
+
+def _rest(doc: _Sections, keys: tuple[tuple[str, str], ...] = _RAW_KEYS) -> bytes:
+    """``{"roas": [], ...}`` with the document's known sections ``keys``, raw."""
     parts = [b'"roas":[]']
-    for attr, key in _RAW_KEYS:
+    for attr, key in keys:
         raw = getattr(doc, attr)
         if raw is not msgspec.UNSET:
             parts.append(b'"' + key.encode() + b'":' + bytes(raw))
-    return TypedExport(doc.roas, b"{" + b",".join(parts) + b"}")
+    return b"{" + b",".join(parts) + b"}"

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from snapshot.kinds import PayloadKind
-from upstream.json_format import check_generated
 from upstream.payload import SourcePayload
 from upstream.status import SourceState, SourceStatus
 from upstream.timekeeper import TimeKeeper
@@ -151,6 +150,20 @@ def payload_identity(payload: SourcePayload, form: str = "json") -> bytes:
     h.update(len(payload.aspa_afis).to_bytes(8, "big"))
     h.update(payload.aspa_afis)
     return h.digest()
+
+
+def check_generated(generated: int | None, wall: float, tolerance: float) -> str | None:
+    """Why an export built at ``generated`` cannot be admitted at raw wall time ``wall``.
+
+    An export stating a build time later than the wall clock plus ``tolerance`` comes from a
+    clock we cannot reconcile with ours: it is held back (None: it may be admitted).
+    """
+    if generated is None or generated <= wall + tolerance:
+        return None
+    return (
+        f"the export says it was built at {generated}, {generated - wall:.0f} s after the wall "
+        f"clock ({wall:.0f}); beyond the clock tolerance of {tolerance:g} s"
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,6 +26,7 @@ from upstream.http_rules import parse_http_url, user_agent
 from upstream.http_source import HttpSource
 from upstream.json_format import parse_export
 from upstream.payload import SourcePayload
+from upstream.pieces import PieceMemo
 from upstream.source import Delivery, SourceSetupError
 from upstream.status import SourceState
 
@@ -676,9 +677,11 @@ async def test_parsing_runs_in_a_worker_thread(
     loop_thread = threading.get_ident()
     threads: list[int] = []
 
-    def recording_parse(data: bytes | str, *, max_aspa_providers: int) -> SourcePayload:
+    def recording_parse(
+        data: bytes | str, *, max_aspa_providers: int, memo: PieceMemo | None = None
+    ) -> SourcePayload:
         threads.append(threading.get_ident())
-        return parse_export(data, max_aspa_providers=max_aspa_providers)
+        return parse_export(data, max_aspa_providers=max_aspa_providers, memo=memo)
 
     monkeypatch.setattr(upstream.http_body, "parse_export", recording_parse)
     server.script(Reply(200, gzip.compress(BODY1)))

@@ -31,8 +31,9 @@ from tests.upstream.helpers import (
 from upstream.decompress import decompress
 from upstream.file_source import load_file
 from upstream.format_error import FormatError
-from upstream.json_format import check_generated, parse_entries, parse_export
+from upstream.json_format import parse_entries, parse_export
 from upstream.payload import NO_EXPIRY, SourcePayload
+from upstream.source import check_generated
 
 E1 = 1_790_000_000
 E2 = 1_790_000_500

@@ -254,14 +254,23 @@ def test_a_bad_entry_is_refused_with_the_message_of_the_general_read(
 
 
 def test_the_real_table_takes_the_typed_read() -> None:
-    """rpki-client's export is of the typed shape: no fall-back read, same payload."""
+    """rpki-client's export is of the typed shape: read in pieces, no fall-back, same payload."""
     real = DATA / "rpkilog" / "rpkiclient_summary_20250720T093135Z.json.bz2"
     data = bz2.decompress(real.read_bytes())
-    with mock.patch.object(json_format, "_hooked", wraps=json_format._hooked) as hooked:
+    with (
+        mock.patch.object(json_format, "_hooked", wraps=json_format._hooked) as hooked,
+        mock.patch("upstream.json_typed.decode_typed", wraps=decode_typed) as whole,
+    ):
         typed = parse_export(data)
-    assert hooked.call_count == 1  # the small rest only
-    assert len(hooked.call_args.args[0]) < 100_000
-    with mock.patch("upstream.json_typed.decode_typed", return_value=None):
+    assert whole.call_count == 0  # no whole-document read: pieces only
+    assert hooked.call_count == 2  # the small rest only: its metadata, its other sections
+    assert all(len(call.args[0]) < 100_000 for call in hooked.call_args_list)
+    with mock.patch.object(json_format, "_from_pieces", return_value=None):
+        assert parse_export(data) == typed  # the whole-document typed read
+    with (
+        mock.patch.object(json_format, "_from_pieces", return_value=None),
+        mock.patch("upstream.json_typed.decode_typed", return_value=None),
+    ):
         assert parse_export(data) == typed
     counts = typed.counts()
     assert counts["vrp_v4"] + counts["vrp_v6"] > 700_000

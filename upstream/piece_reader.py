@@ -1,0 +1,271 @@
+"""`PieceCutter`: an export's ``roas`` array cut into pieces as its bytes arrive, each decoded once.
+
+The array is cut at entry boundaries into pieces of about `PIECE_SIZE` octets. A piece is
+decoded by msgspec as one small array (brackets added) into `upstream.json_typed.Roa` structs
+and packed at once, so no structure of the whole array is ever built, and the export's bytes
+can be fed block by block (`feed`): only the blocks not cut yet are held. With the `PieceMemo`
+of the source's previous export, a piece that starts where a remembered one started (its first
+`ANCHOR_SIZE` octets) and has the same SHA-256 is taken from the memo without decoding; after a
+changed piece the cut follows the remembered pieces' starts again, so a change of a few entries
+decodes a few pieces and the rest of the table is not decoded again.
+
+Why pieces read separately are the array: each decoded piece is a valid comma-separated sequence
+of JSON values (a remembered one was, with the same bytes), and only JSON whitespace and one
+comma lie between two pieces; so the array is their concatenation, whatever the cut points. A
+cut that falls inside a string or a nested value leaves a piece that does not decode; then, like
+for any entry that is not of the common shape, the cutter gives up (`PieceRead` None) and the
+caller reads the whole document the general way. The caller also checks that the array found is
+the document's top-level ``roas`` (`upstream.json_typed.decode_frame`, on `PieceRead.frame`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+from snapshot.packed import V4_KEY_SIZE
+from upstream.json_typed import PIECE_DECODER, PIECE_ERRORS, UNSET
+from upstream.packed_vrp import packed_key
+from upstream.pieces import ANCHOR_SIZE, Piece, PieceMemo, family_part
+
+__all__ = ["MAX_HELD", "PIECE_SIZE", "PieceCutter", "PieceRead", "read_pieces"]
+
+#: Octets after which a new piece is cut at the next entry boundary.
+PIECE_SIZE: Final = 64 * 1024
+#: How far past a changed piece the starts of the next remembered pieces are looked for.
+RESYNC_WINDOW: Final = 4 * PIECE_SIZE
+#: Remembered pieces looked for after a changed one (a deleted start skips to the next).
+RESYNC_TRIES: Final = 3
+#: Octets held before the ``roas`` array or inside one piece before the cutter gives up.
+MAX_HELD: Final = 64 << 20
+
+#: JSON whitespace.
+_WS: Final = b" \t\n\r"
+#: The ``roas`` key and its array's ``[`` (group 1), then whitespace.
+_OPEN: Final = re.compile(rb'"roas"[ \t\n\r]*:[ \t\n\r]*(\[)[ \t\n\r]*')
+#: After an entry: a comma (group 1) and whitespace, or the array's ``]``.
+_AFTER: Final = re.compile(rb"[ \t\n\r]*(?:(,)[ \t\n\r]*|\])")
+#: An entry boundary: ``}``, a comma, ``{`` (whitespace anywhere between).
+_CUT: Final = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
+#: The last entry and the array's end.
+_END: Final = re.compile(rb"\}[ \t\n\r]*\]")
+
+
+@dataclass(frozen=True, slots=True)
+class PieceRead:
+    """The pieces of one export's ``roas`` array, and the document around the array."""
+
+    pieces: list[Piece]
+    #: The document with its ``roas`` array replaced by ``[mark]``.
+    frame: Callable[[bytes], bytes]
+    #: Pieces taken from the memo.
+    reused: int
+
+
+def read_pieces(data: bytes, memo: PieceMemo | None = None) -> PieceRead | None:
+    """The pieces of ``data`` (a whole export); None when it cannot be read in pieces."""
+    cutter = PieceCutter(memo)
+    cutter.feed(data)
+    return cutter.finish()
+
+
+class PieceCutter:
+    """Cuts and reads the ``roas`` array of an export fed in blocks (`feed`, then `finish`).
+
+    ``memo`` holds the pieces of the previous export; it is not changed here.
+    """
+
+    def __init__(self, memo: PieceMemo | None = None) -> None:
+        """Ready for the export's first block."""
+        self._memo = memo
+        self._old = memo.pieces if memo is not None else ()
+        #: The bytes fed and not cut yet (after the array opened: from ``_pos`` on).
+        self._buf = b""
+        self._pos = 0
+        #: The document up to and without the array's ``[``, once found.
+        self._head: bytes | None = None
+        #: The document after the array's ``]``, once found.
+        self._tail: list[bytes] | None = None
+        self._pieces: list[Piece] = []
+        self._reused = 0
+        self._expect = 0  # the remembered piece expected next
+        self._failed = False
+
+    def feed(self, block: bytes) -> None:
+        """The next block of the export."""
+        if self._failed:
+            return
+        if self._tail is not None:
+            self._tail.append(block)
+            return
+        self._buf = self._buf[self._pos :] + block if self._pos else self._buf + block
+        self._pos = 0
+        self._advance(final=False)
+
+    def finish(self) -> PieceRead | None:
+        """The pieces once every block was fed; None when the export cannot be read in pieces."""
+        if not self._failed and self._tail is None:
+            self._advance(final=True)
+        if self._failed or self._tail is None or self._head is None:
+            return None
+        head, tail = self._head, b"".join(self._tail)
+
+        def frame(mark: bytes) -> bytes:
+            return b"".join((head, b"[", mark, b"]", tail))
+
+        return PieceRead(self._pieces, frame, self._reused)
+
+    # ------------------------------------------------------------------ the cut
+    def _advance(self, *, final: bool) -> None:
+        """Cut and read every piece the bytes held decide; at the end of the array, stop."""
+        if self._head is None and not self._open(final):
+            return
+        buf = self._buf
+        # Without the export's end, act only with enough bytes ahead to decide as with all.
+        horizon = len(buf) if final else len(buf) - RESYNC_WINDOW - 2 * PIECE_SIZE
+        while self._pos < horizon or final:
+            step = self._step(buf, final)
+            if step is None:
+                if not final and len(buf) - self._pos > MAX_HELD:
+                    self._failed = True
+                return
+            end, closed = step
+            if closed is not None:
+                self._tail = [buf[closed + 1 :]]
+                self._buf = b""
+                return
+            self._pos = end
+
+    def _open(self, final: bool) -> bool:
+        """Find the array's start; False while it is not in the bytes held (or never will be)."""
+        opened = _OPEN.search(self._buf)
+        if opened is None or (not final and opened.end() == len(self._buf)):
+            if final or len(self._buf) > MAX_HELD:
+                self._failed = True
+            return False
+        self._head = self._buf[: opened.start(1)]
+        self._pos = opened.end()
+        if self._buf[self._pos : self._pos + 1] == b"]":
+            self._tail = [self._buf[self._pos + 1 :]]
+            self._buf = b""
+        return self._tail is None
+
+    def _step(self, buf: bytes, final: bool) -> tuple[int, int | None] | None:
+        """Read the piece at ``_pos``: (where the next starts, the array's ``]`` if it ends).
+
+        None when more bytes are needed, or (``_failed`` set) never can do.
+        """
+        pos, memo, piece = self._pos, self._memo, None
+        hit = memo.at_anchor(buf[pos : pos + ANCHOR_SIZE]) if memo is not None else None
+        if hit is not None:
+            candidate = self._old[hit]
+            end = pos + candidate.size
+            if end > len(buf) and not final:
+                return None
+            if hashlib.sha256(memoryview(buf)[pos:end]).digest() == candidate.digest:
+                piece = candidate
+            self._expect = hit + 1
+        reused = piece is not None
+        if piece is None:
+            found = self._piece_end(buf, pos, final)
+            if found is None:
+                return None
+            end, expect = found
+            piece = _decoded(memoryview(buf)[pos:end])
+            if piece is None:
+                self._failed = True
+                return None
+            self._expect = expect
+        after = _AFTER.match(buf, end)
+        if after is None or (after.end() == len(buf) and not final):
+            self._failed = final or after is None
+            return None
+        self._pieces.append(piece)
+        self._reused += reused
+        if after.group(1) is None:
+            return end, after.end() - 1
+        return after.end(), None
+
+    def _piece_end(self, buf: bytes, pos: int, final: bool) -> tuple[int, int] | None:
+        """(end, next expected remembered piece) of a new piece starting at ``pos``.
+
+        The piece ends before the first of the next remembered pieces found again, else after
+        `PIECE_SIZE` octets at the next entry boundary, or with the array.
+        """
+        cut = _CUT.search(buf, pos + PIECE_SIZE)
+        if cut is None and not final:
+            return None
+        stop = cut.start() + 1 if cut is not None else len(buf)
+        last = _END.search(buf, pos, stop)
+        if last is not None:
+            stop = last.start() + 1
+        elif cut is None:
+            self._failed = True
+            return None
+        best = stop, self._expect
+        old = self._old
+        for index in range(self._expect, min(self._expect + RESYNC_TRIES, len(old))):
+            anchor = old[index].anchor
+            at = buf.find(anchor, pos + 1, min(best[0], pos + RESYNC_WINDOW) + len(anchor))
+            if at < 0:
+                continue
+            end = _entry_end_before(buf, at)
+            if end is not None and end < best[0]:
+                best = end, index
+        return best
+
+
+def _entry_end_before(data: bytes, start: int) -> int | None:
+    """The end of the entry before the one starting at ``start``; None if none ends there."""
+    end = start - _trailing_ws(data, start)
+    if data[end - 1 : end] != b",":
+        return None
+    end -= 1
+    end -= _trailing_ws(data, end)
+    return end if data[end - 1 : end] == b"}" else None
+
+
+def _trailing_ws(data: bytes, end: int) -> int:
+    """How many whitespace octets end ``data[:end]``."""
+    start = end
+    while start > 0 and data[start - 1] in _WS:
+        start -= 1
+    return end - start
+
+
+def _decoded(span: memoryview) -> Piece | None:
+    """The piece of entries ``span``; None when they are not all valid and of the common shape."""
+    try:
+        roas = PIECE_DECODER.decode(b"[" + span + b"]")
+    except PIECE_ERRORS:
+        return None
+    v4: dict[bytes, int] = {}
+    v6: dict[bytes, int] = {}
+    v4_extras: list[tuple[bytes, int]] = []
+    v6_extras: list[tuple[bytes, int]] = []
+    packed, unset, width = packed_key, UNSET, V4_KEY_SIZE
+    for roa in roas:
+        key = packed(roa.prefix, roa.asn, roa.maxLength, unset)
+        if key is None:
+            return None
+        vrps, extras = (v4, v4_extras) if len(key) == width else (v6, v6_extras)
+        expires = roa.expires
+        old = vrps.get(key)
+        if old is None:
+            vrps[key] = expires
+        elif expires > old:
+            vrps[key] = expires
+            extras.append((key, old))
+        else:
+            extras.append((key, expires))
+    return Piece(
+        hashlib.sha256(span).digest(),
+        len(span),
+        bytes(span[:ANCHOR_SIZE]),
+        len(roas),
+        family_part(v4, v4_extras),
+        family_part(v6, v6_extras),
+    )
