@@ -18,6 +18,11 @@ session answers No Data Available. A v0 session that got No Data is closed at th
 `hand_over` (``kill -USR2``, plain TCP only): at the next PDU boundary the pump duplicates the
 socket's descriptor into ``handed`` and ends without closing the stream or saying goodbye, so
 the router stays connected through the exec (`rtr_server.handover`).
+
+With ``parking`` (plain TCP over `rtr_server.raw_stream.RawSocketStream`), a negotiated session
+with nothing to send, no timer and no hand-over pending ends its `run` instead of waiting for
+its router: `run` returns True and the server parks it (`rtr_server.parking`) until the router
+sends something or `wake` is called; then `run` is called again and carries on.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from rtr_protocol import (
     SendFull,
     ServerSession,
 )
+from rtr_server.raw_stream import RawSocketStream
 from rtr_server.serving import HeldAnswer, ServingContext
 from rtr_server.settings import ShutdownNotice
 from snapshot import PublishedState
@@ -85,13 +91,17 @@ class RtrConnection:
         "_on_query",
         "_query_timeout",
         "_receive_scope",
+        "_unpark",
         "close_detail",
         "close_reason",
         "handed",
         "notified_at",
+        "parking",
         "peer",
         "server",
         "session",
+        "slot",
+        "started",
         "stats",
         "stream",
     )
@@ -137,6 +147,13 @@ class RtrConnection:
         self.handed: tuple[int, str] | None = None
         self._query_timeout = settings.query_timeout if query_timeout is None else query_timeout
         self._on_query = on_query
+        #: May `run` end at an idle point for the session to be parked (set by the server).
+        self.parking = False
+        #: Wakes the session while it is parked (`rtr_server.parking`).
+        self._unpark: Callable[[], None] | None = None
+        #: The server's records of the session: its admission slot, when it began.
+        self.slot: object = None
+        self.started = 0.0
 
     # ------------------------------------------------------------------ server side
     def request_notify(self) -> None:
@@ -146,9 +163,17 @@ class RtrConnection:
 
     def wake(self) -> None:
         """Interrupt the read so the pump looks at the server's state again (e.g. a publish)."""
+        unpark = self._unpark
+        if unpark is not None:
+            unpark()  # run again by the server
+            return
         scope = self._receive_scope
         if scope is not None:
             scope.cancel()
+
+    def parked(self, unpark: Callable[[], None] | None) -> None:
+        """The session is parked (``unpark`` wakes it) or, with None, no longer."""
+        self._unpark = unpark
 
     def hand_over(self) -> None:
         """Hand the connection to the next process image at the next PDU boundary."""
@@ -163,10 +188,15 @@ class RtrConnection:
             scope.cancel()
 
     # ------------------------------------------------------------------ the pump
-    async def run(self) -> None:
-        """Serve the router until it leaves, misbehaves, stalls or we shut down."""
+    async def run(self) -> bool:
+        """Serve the router until it leaves, misbehaves, stalls or we shut down.
+
+        True when the session stopped at an idle point to be parked (``parking``): the stream
+        stays open and `run` is called again once the session is woken.
+        """
+        parked = False
         try:
-            await self._pump()
+            parked = await self._pump()
         except _HandedOverError:
             self._ended(CloseReason.HANDED_OVER, "handed over to the restarted server")
         except _QueryTimeoutError:
@@ -195,11 +225,25 @@ class RtrConnection:
                     await self._goodbye(ErrorCode.CACHE_RESTART, "cache restarting")
             raise
         finally:
-            if self.handed is None:  # a handed-over stream stays open (closed at exec)
+            # A handed-over stream stays open (closed at exec), a parked one for its next run.
+            if self.handed is None and not parked:
                 with anyio.CancelScope(shield=True):
                     await self.stream.aclose()
+        return parked
 
-    async def _pump(self) -> None:
+    async def close_parked(self) -> None:
+        """End a parked session at shutdown as a running one ends: goodbye (v2), then close."""
+        self._ended(CloseReason.SHUTDOWN, "server shutdown")
+        try:
+            if self.server.settings.shutdown_notice is ShutdownNotice.SHUTDOWN:
+                await self._goodbye(ErrorCode.CACHE_SHUTDOWN, "cache shutting down")
+            else:
+                await self._goodbye(ErrorCode.CACHE_RESTART, "cache restarting")
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    async def _pump(self) -> bool:
         session = self.session
         server = self.server
         query_deadline = anyio.current_time() + self._query_timeout
@@ -230,7 +274,12 @@ class RtrConnection:
                         deadline = query_deadline
                     else:
                         deadline = self._follow_up_at
-                    data = await self._receive(deadline)
+                    if self._may_park():
+                        data = cast("RawSocketStream", self.stream).receive_nowait(RECEIVE_SIZE)
+                        if data is None:
+                            return True  # nothing waiting: parked until the router sends
+                    else:
+                        data = await self._receive(deadline)
                     if data is None:
                         if self._evicted:
                             raise _EvictedError
@@ -275,7 +324,17 @@ class RtrConnection:
                     self._count_error(action.error)
                 if action.data:
                     await self._write(action.data)
-                return
+                return False
+
+    def _may_park(self) -> bool:
+        """Nothing to do but wait for the router: negotiated, no timer, Notify or hand-over."""
+        return (
+            self.parking
+            and self.session.version is not None
+            and not self.session.held
+            and self._follow_up_at == math.inf
+            and not (self._notify_wanted or self._handing_over or self._evicted)
+        )
 
     def _confirm_kept(self, state: PublishedState) -> None:
         """A router kept in the session this image continued: say so, once (see the session)."""

@@ -28,6 +28,7 @@ from anyio.abc import ByteStream, SocketStream, TaskGroup
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
 from rtr_server.continuity import SERVED_ENV
+from rtr_server.raw_stream import RawSocketStream
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.socket_activation import SD_LISTEN_FDS_START
 from snapshot import Serial
@@ -188,8 +189,7 @@ async def adopt_connections(server: HandoverHost, tg: TaskGroup, names: Sequence
             log.warning("router %s: handed over, but not admitted here: closed", peer)
             sock.close()
             continue
-        stream = await SocketStream.from_socket(sock)
-        connection = server.session(stream, peer, "tcp", slot)
+        connection = server.session(RawSocketStream(sock), peer, "tcp", slot)
         if version is not None:
             try:
                 known = adopted.known

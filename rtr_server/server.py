@@ -14,6 +14,7 @@ Cache Restart (or Cache Shutdown), every stream is closed.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -33,16 +34,18 @@ from anyio.abc import (
 from anyio.streams.tls import TLSAttribute
 
 from rtr_protocol import CloseReason, Hold, SendDelta, SendFull
-from rtr_server.accept import accept_forever
+from rtr_server.accept import accept_sockets_forever
 from rtr_server.access import LogRateLimit, is_allowed
 from rtr_server.admission import Admission
 from rtr_server.admission_slot import Slot
 from rtr_server.connection import RtrConnection
 from rtr_server.handover import adopt_connections
 from rtr_server.open_listeners import open_listeners
+from rtr_server.parking import ParkingLot
+from rtr_server.raw_stream import RawSocketStream
 from rtr_server.responses import ResponseCache
 from rtr_server.serving import HeldAnswer, ServerStats
-from rtr_server.session_log import log_close
+from rtr_server.session_log import log_close, log_response
 from rtr_server.settings import ListenAddress, ServerSettings
 from rtr_server.tcp_auth import rekey
 from rtr_server.tls import Refusal, TlsRefusedError, accept_tls, make_server_context
@@ -86,6 +89,9 @@ class RtrServer:
         self.accept_scopes: list[anyio.CancelScope] = []
         #: Set when a session ends (then replaced by whoever waits; `rtr_server.handover`).
         self.session_ended: anyio.Event | None = None
+        #: Idle plain-TCP sessions held without a task (`rtr_server.parking`).
+        self.parking = ParkingLot(self._resume, self._close_parked)
+        self._tg: TaskGroup | None = None
 
     # ------------------------------------------------------------------ data
     def publish(self, state: PublishedState) -> None:
@@ -143,54 +149,7 @@ class RtrServer:
         self, peer: str, action: SendFull | SendDelta, size: int, held: HeldAnswer | None = None
     ) -> None:
         """Called by a connection after it wrote a full or delta response of ``size`` octets."""
-        state = action.state
-        after = ""
-        if held is not None:
-            after = (
-                f", held {held.held:.1f} s, then encoded {held.encoded:.2f} s"
-                f" and written {held.written:.2f} s"
-            )
-        if isinstance(action, SendFull):
-            log.info(
-                "router %s: reset query v%d -> full table, serial %s (%d bytes%s)",
-                peer,
-                action.version,
-                state.serial,
-                size,
-                after,
-            )
-        else:
-            if action.named_session is not None:
-                log.info(
-                    "router %s: serial query for session %d sent before it read our answer "
-                    "(session %d, serial %s): answered from that serial",
-                    peer,
-                    action.named_session,
-                    action.session_id,
-                    action.from_serial,
-                )
-            counts = action.delta.counts()
-            # Only what this version carries: no router keys on v0, no ASPA below v2.
-            if action.version < 1:
-                counts["router_key_announce"] = counts["router_key_withdraw"] = 0
-            if action.version < 2:
-                counts["aspa_announce"] = counts["aspa_withdraw"] = 0
-            log.info(
-                "router %s: serial query v%d from serial %s -> delta to serial %s "
-                "(+%d/-%d VRPs, +%d/-%d router keys, %d/%d ASPA announce/withdraw; %d bytes%s)",
-                peer,
-                action.version,
-                action.from_serial,
-                state.serial,
-                counts["vrp_announce"],
-                counts["vrp_withdraw"],
-                counts["router_key_announce"],
-                counts["router_key_withdraw"],
-                counts["aspa_announce"],
-                counts["aspa_withdraw"],
-                size,
-                after,
-            )
+        log_response(log, peer, action, size, held)
 
     # ------------------------------------------------------------------ serving
     async def serve(
@@ -234,13 +193,14 @@ class RtrServer:
                 _keys_text(spec),
             )
         async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self.parking.run)
             names = []
             for (listener, spec), (_, host, port) in zip(listeners, self.bound, strict=False):
                 names.append(f"[{host}]:{port}" if ":" in host else f"{host}:{port}")
                 tg.start_soon(self._accept_loop, listener, spec, names[-1], tg)
             for conn, i in backlog:  # waited in an inherited listener's backlog: served now
-                stream = await SocketStream.from_socket(conn)
-                self._admit(stream, tg, listeners[i][1], names[i])
+                self._admit(conn, tg, listeners[i][1], names[i])
             await adopt_connections(self, tg, names)
             if self.ssh is not None:
                 tg.start_soon(self.ssh.serve, tg)
@@ -289,16 +249,17 @@ class RtrServer:
         scope = anyio.CancelScope()
         self.accept_scopes.append(scope)
         with scope:
-            await accept_forever(
+            await accept_sockets_forever(
                 listener,
-                lambda stream: self._admit(stream, tg, spec, name),
+                lambda conn: self._admit(conn, tg, spec, name),
                 what=name,
                 failed=failed,
             )
 
-    def _admit(self, stream: SocketStream, tg: TaskGroup, spec: ListenAddress, name: str) -> None:
+    def _admit(self, conn: socket.socket, tg: TaskGroup, spec: ListenAddress, name: str) -> None:
+        stream = RawSocketStream(conn)
         try:
-            remote = stream.extra(SocketAttribute.remote_address)
+            remote = conn.getpeername()
         except OSError:
             remote = "?"
         if isinstance(remote, tuple):
@@ -310,11 +271,8 @@ class RtrServer:
         if slot is None:
             tg.start_soon(_close_quietly, stream)
             return
-        try:
-            sock = stream.extra(SocketAttribute.raw_socket)
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
-        except (OSError, TypeError):
-            pass
+        with contextlib.suppress(OSError):
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         if spec.tls:
             tg.start_soon(self._run_tls, stream, peer, name, slot)
             return
@@ -368,6 +326,8 @@ class RtrServer:
             on_query=lambda: self.admission.negotiated(ticket),
         )
         slot.connection = connection
+        connection.slot = slot
+        connection.parking = isinstance(stream, RawSocketStream) and ParkingLot.available
         if slot.evicted:
             connection.evict()
         self.connections.add(connection)
@@ -422,8 +382,9 @@ class RtrServer:
         await self.run_session(connection, slot, f" over {tls.extra(TLSAttribute.tls_version)}")
 
     async def run_session(self, connection: RtrConnection, slot: Slot, via: str = "") -> None:
-        """Serve a registered session until it ends; then give its slot back and log."""
-        started = anyio.current_time()
+        """Serve a registered session until it ends (or is parked); then give its slot back."""
+        connection.started = anyio.current_time()
+        connection.slot = slot
         log.info(
             "router %s connected%s (%d connections)",
             connection.peer,
@@ -436,15 +397,42 @@ class RtrServer:
                 "transport": via.strip() or "tcp",
             },
         )
+        await self._serve(connection)
+
+    async def _serve(self, connection: RtrConnection) -> None:
+        """Run a session until it ends, or park it when it stops at an idle point."""
+        parked = False
         try:
-            await connection.run()
+            parked = await connection.run()
         finally:
-            self.connections.discard(connection)
-            self.release(slot)
-            self.stats.disconnects[connection.close_reason] += 1
-            log_close(log, connection, anyio.current_time() - started)
-            if self.session_ended is not None:
-                self.session_ended.set()
+            if not parked:
+                self._session_over(connection)
+        fd = connection.stream.fileno() if isinstance(connection.stream, RawSocketStream) else -1
+        if parked and not self.parking.park(connection, fd):
+            connection.parking = False  # cannot be parked (shutting down): runs on
+            self._resume(connection)
+
+    def _resume(self, connection: RtrConnection) -> None:
+        """Run a woken parked session again (in the server's task group)."""
+        assert self._tg is not None
+        self._tg.start_soon(self._serve, connection)
+
+    async def _close_parked(self, connection: RtrConnection) -> None:
+        """End a parked session at shutdown."""
+        try:
+            await connection.close_parked()
+        finally:
+            self._session_over(connection)
+
+    def _session_over(self, connection: RtrConnection) -> None:
+        """A session ended: forget it, give its slot back, count and log it."""
+        self.connections.discard(connection)
+        if isinstance(connection.slot, Slot):
+            self.release(connection.slot)
+        self.stats.disconnects[connection.close_reason] += 1
+        log_close(log, connection, anyio.current_time() - connection.started)
+        if self.session_ended is not None:
+            self.session_ended.set()
 
     async def _notifier(self) -> None:
         """Serial Notify after each publish, at most once per ``notify_interval`` per session.

@@ -38,7 +38,7 @@ def packed_key(prefix: str, asn: int, max_length: object, absent: object = ABSEN
         return None
     try:
         raw = _INET_PTON(_AF_INET6 if ":" in address else _AF_INET, address)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: an embedded NUL
         return None
     bits = len(raw) * 8
     if max_length > bits or int.from_bytes(raw) & ((1 << (bits - length)) - 1):

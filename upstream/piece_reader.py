@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import hashlib
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
 from snapshot.packed import V4_KEY_SIZE
-from upstream.json_typed import PIECE_DECODER, PIECE_ERRORS, UNSET
+from upstream.json_typed import PIECE_DECODER, PIECE_ERRORS, UNSET, Roa
 from upstream.packed_vrp import packed_key
 from upstream.pieces import ANCHOR_SIZE, Piece, PieceMemo, family_part
 
@@ -52,6 +53,8 @@ _AFTER: Final = re.compile(rb"[ \t\n\r]*(?:(,)[ \t\n\r]*|\])")
 _CUT: Final = re.compile(rb"\}[ \t\n\r]*,[ \t\n\r]*\{")
 #: The last entry and the array's end.
 _END: Final = re.compile(rb"\}[ \t\n\r]*\]")
+_AF4: Final = socket.AF_INET
+_AF6: Final = socket.AF_INET6
 
 
 @dataclass(frozen=True, slots=True)
@@ -236,22 +239,78 @@ def _trailing_ws(data: bytes, end: int) -> int:
     return end - start
 
 
+_LENGTHS: Final = {str(n): n for n in range(129)}
+_LENGTH_PAIRS: Final = [[bytes((m, p)) for p in range(129)] for m in range(129)]
+#: The host bits of a prefix length (-1 past the family's width: never all zero but 0.0.0.0).
+_HOST_V4: Final = [(1 << (32 - n)) - 1 if n <= 32 else -1 for n in range(129)]
+_HOST_V6: Final = [(1 << (128 - n)) - 1 for n in range(129)]
+
+
 def _decoded(span: memoryview) -> Piece | None:
-    """The piece of entries ``span``; None when they are not all valid and of the common shape."""
+    """The piece of entries ``span``; None when they are not all valid and of the common shape.
+
+    The loop is `upstream.packed_vrp.packed_key` inlined (the same checks, in another order):
+    it is the one place every VRP of a first read goes through.
+    """
     try:
         roas = PIECE_DECODER.decode(b"[" + span + b"]")
     except PIECE_ERRORS:
         return None
     v4: dict[bytes, int] = {}
     v6: dict[bytes, int] = {}
+    lengths, pairs, host_v4, host_v6, unset = _LENGTHS, _LENGTH_PAIRS, _HOST_V4, _HOST_V6, UNSET
+    inet_pton, from_bytes, af_inet, af_inet6 = socket.inet_pton, int.from_bytes, _AF4, _AF6
+    repeated = 0
+    for roa in roas:
+        address, _, length_text = roa.prefix.partition("/")
+        length = lengths.get(length_text)
+        if length is None:
+            return None
+        max_length = roa.maxLength
+        if max_length is unset:
+            max_length = length
+        try:
+            if ":" in address:
+                raw = inet_pton(af_inet6, address)
+                if max_length > 128 or from_bytes(raw) & host_v6[length]:
+                    return None
+                vrps = v6
+            else:
+                raw = inet_pton(af_inet, address)
+                if max_length > 32 or from_bytes(raw) & host_v4[length]:
+                    return None
+                vrps = v4
+            key = raw + pairs[max_length][length] + roa.asn.to_bytes(4)
+        except (OSError, ValueError, IndexError, OverflowError):  # ValueError: an embedded NUL
+            return None
+        if length > max_length:  # also a negative max length
+            return None
+        expires = roa.expires
+        if vrps.setdefault(key, expires) is not expires:
+            repeated += 1
+    if repeated or len(v4) + len(v6) != len(roas):
+        return _with_repeats(span, roas)
+    return Piece(
+        hashlib.sha256(span).digest(),
+        len(span),
+        bytes(span[:ANCHOR_SIZE]),
+        len(roas),
+        family_part(v4, []),
+        family_part(v6, []),
+    )
+
+
+def _with_repeats(span: memoryview, roas: list[Roa]) -> Piece | None:
+    """The piece when some VRP is listed more than once in it: its latest expiry, the extras."""
+    v4: dict[bytes, int] = {}
+    v6: dict[bytes, int] = {}
     v4_extras: list[tuple[bytes, int]] = []
     v6_extras: list[tuple[bytes, int]] = []
-    packed, unset, width = packed_key, UNSET, V4_KEY_SIZE
     for roa in roas:
-        key = packed(roa.prefix, roa.asn, roa.maxLength, unset)
+        key = packed_key(roa.prefix, roa.asn, roa.maxLength, UNSET)
         if key is None:
             return None
-        vrps, extras = (v4, v4_extras) if len(key) == width else (v6, v6_extras)
+        vrps, extras = (v4, v4_extras) if len(key) == V4_KEY_SIZE else (v6, v6_extras)
         expires = roa.expires
         old = vrps.get(key)
         if old is None:

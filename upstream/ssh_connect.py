@@ -10,6 +10,7 @@ it is imported at the first connect, so that a start without SSH sources does no
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import sniffio
@@ -37,9 +38,12 @@ async def connect_ssh(host: str, port: int, login: SshLogin) -> ByteStream:
     """The ``rpki-rtr`` subsystem of ``host:port`` as a byte stream; `SshConnectError`."""
     if sniffio.current_async_library() != "asyncio":
         raise SshConnectError("RTR over SSH needs the asyncio event loop")
-    import asyncssh
+    with warnings.catch_warnings():
+        # cryptography 51 deprecates DSA, which asyncssh 2.24 still names at import (unused).
+        warnings.filterwarnings("ignore", message="DSA is deprecated")
+        import asyncssh
 
-    from upstream.ssh_stream import ClientSshByteStream
+        from upstream.ssh_stream import ClientSshByteStream
 
     options: dict[str, object] = {"username": login.user}
     if login.key_file is not None:

@@ -21,7 +21,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from snapshot.packed import V4_KEY_SIZE, split_keys
-from tests.upstream.test_json_properties import Record, records
+from tests.upstream.test_json_properties import BAD_TYPED, Record, records
 from upstream import json_format, piece_reader
 from upstream.format_error import FormatError
 from upstream.json_format import parse_export
@@ -191,6 +191,32 @@ def test_misleading_documents_read_like_the_whole_document(text: str) -> None:
     assert outcome(data, memo) == whole(data)
     with mock.patch.object(piece_reader, "PIECE_SIZE", 1):
         assert outcome(data, memo) == whole(data)
+
+
+#: Entries of the typed shape that must be refused (`test_json_properties.BAD_TYPED`, and more).
+BAD = [
+    *BAD_TYPED,
+    {"prefix": "192.0.2.0\u0000/24", "asn": 64496, "expires": 1},  # NUL: not an address
+    {"prefix": "0.0.0.0/33", "asn": 64496, "expires": 1},
+    {"prefix": "0.0.0.0/24", "asn": 64496, "expires": 1, "maxLength": -200},
+    {"prefix": "::/0", "asn": 64496, "expires": 1, "maxLength": 129},
+    {"prefix": "2001:db8::1/64", "asn": 64496, "expires": 1},
+    {"prefix": "2001:db8::/32", "asn": -5, "expires": 1},
+]
+
+
+@SETTINGS
+@given(records(), st.sampled_from(BAD), st.integers(0, 20))
+def test_a_bad_entry_in_a_piece_is_named_as_by_the_whole_read(
+    recs: list[Record], bad: dict[str, Any], at: int
+) -> None:
+    roas = typed_entries(recs)
+    roas.insert(min(at, len(roas)), bad)
+    data = layout(roas, 0).encode()
+    error = outcome(data, PieceMemo())
+    assert isinstance(error, str), f"{bad} was accepted"
+    assert error == whole(data)
+    assert f"roas[{min(at, len(roas) - 1)}]" in error
 
 
 @st.composite
