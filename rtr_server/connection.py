@@ -32,7 +32,6 @@ import math
 import os
 import ssl
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import cast
 
 import anyio
@@ -50,8 +49,9 @@ from rtr_protocol import (
     SendFull,
     ServerSession,
 )
+from rtr_server.connection_parked import ParkedIo
 from rtr_server.raw_stream import RawSocketStream
-from rtr_server.serving import HeldAnswer, ServingContext
+from rtr_server.serving import ConnectionStats, HeldAnswer, ServingContext
 from rtr_server.settings import ShutdownNotice
 from snapshot import PublishedState
 
@@ -67,36 +67,19 @@ class WriteStalledError(Exception):
     """Raised when the router accepts no bytes within the write timeout."""
 
 
-@dataclass(slots=True)
-class ConnectionStats:
-    """What one connection did; logged at close and summed by the server."""
-
-    bytes_sent: int = 0
-    bytes_received: int = 0
-    reset_queries: int = 0
-    serial_queries: int = 0
-    notifies: int = 0
-    errors_sent: dict[int, int] = field(default_factory=dict)
-
-
-class RtrConnection:
+class RtrConnection(ParkedIo):
     """One router connection; `run` owns the stream and closes it on every path."""
 
     __slots__ = (
-        "_aligned",
         "_evicted",
         "_follow_up_at",
         "_handing_over",
-        "_notify_wanted",
         "_on_query",
         "_query_timeout",
         "_receive_scope",
-        "_unpark",
         "close_detail",
         "close_reason",
         "handed",
-        "notified_at",
-        "parking",
         "peer",
         "server",
         "session",
@@ -120,6 +103,7 @@ class RtrConnection:
         ``query_timeout`` overrides the settings' pre-query timeout (admission under pressure);
         ``on_query`` is called once, when the router's first valid query negotiated a version.
         """
+        super().__init__()
         self.stream = stream
         self.server = server
         self.peer = peer
@@ -133,24 +117,15 @@ class RtrConnection:
         #: Why the session ended (a bounded set) and what exactly happened (for the log).
         self.close_reason = CloseReason.UNKNOWN
         self.close_detail = "unknown"
-        self._notify_wanted = False
-        #: When this session was last sent a Serial Notify (event-loop time; -inf: never).
-        self.notified_at = -math.inf
         #: When a kept router that has not answered our unasked Cache Reset gets a Notify.
         self._follow_up_at = math.inf
         self._receive_scope: anyio.CancelScope | None = None
-        #: False while a write is cut short mid-PDU: nothing more may be sent then.
-        self._aligned = True
         self._evicted = False
         self._handing_over = False
         #: The duplicated descriptor and its LISTEN_FDNAMES name once handed over.
         self.handed: tuple[int, str] | None = None
         self._query_timeout = settings.query_timeout if query_timeout is None else query_timeout
         self._on_query = on_query
-        #: May `run` end at an idle point for the session to be parked (set by the server).
-        self.parking = False
-        #: Wakes the session while it is parked (`rtr_server.parking`).
-        self._unpark: Callable[[], None] | None = None
         #: The server's records of the session: its admission slot, when it began.
         self.slot: object = None
         self.started = 0.0
@@ -165,15 +140,13 @@ class RtrConnection:
         """Interrupt the read so the pump looks at the server's state again (e.g. a publish)."""
         unpark = self._unpark
         if unpark is not None:
+            if self._notify_wanted and not self._handing_over and self.notify_parked():
+                return  # written at once: parked on
             unpark()  # run again by the server
             return
         scope = self._receive_scope
         if scope is not None:
             scope.cancel()
-
-    def parked(self, unpark: Callable[[], None] | None) -> None:
-        """The session is parked (``unpark`` wakes it) or, with None, no longer."""
-        self._unpark = unpark
 
     def hand_over(self) -> None:
         """Hand the connection to the next process image at the next PDU boundary."""
@@ -249,10 +222,12 @@ class RtrConnection:
         query_deadline = anyio.current_time() + self._query_timeout
         hold_deadline = math.inf
         held_at: float | None = None
+        await self._after_parking()
         while True:
             if session.kept_unconfirmed and server.state is not None:
                 self._confirm_kept(server.state)
-            action = session.next_action(server.state)
+            action = self._pending_action or session.next_action(server.state)
+            self._pending_action = None
             if self._on_query is not None and session.version is not None:
                 self._on_query()  # a valid query negotiated it: never evicted from now on
                 self._on_query = None
@@ -325,6 +300,19 @@ class RtrConnection:
                 if action.data:
                     await self._write(action.data)
                 return False
+
+    async def _after_parking(self) -> None:
+        """What the parked session left to do (`rtr_server.connection_parked`)."""
+        if self._pending_error is not None:
+            error, self._pending_error = self._pending_error, None
+            raise error
+        if self._unsent is not None:
+            rest, self._unsent = self._unsent, None
+            await self._write(cast("bytes", rest))
+            if self._unsent_response is not None:
+                (action, size), self._unsent_response = self._unsent_response, None
+                self.session.response_sent()
+                self.server.response_sent(self.peer, action, size)
 
     def _may_park(self) -> bool:
         """Nothing to do but wait for the router: negotiated, no timer, Notify or hand-over."""

@@ -3,10 +3,12 @@
 A negotiated plain-TCP session with nothing to send and nothing buffered has only to wait for
 its router. Waiting in a task of its own costs about 5 KiB (the task, its coroutine frames, a
 cancel scope); parked here it costs its socket's place in one epoll set. One task waits on that
-set (its descriptor is readable whenever a parked socket is) and gives each ready session back
-to the server to run (`resume`): the router sent something, or closed. The server wakes a
-parked session itself for a Serial Notify or a hand-over (`RtrConnection.wake`). At shutdown
-every parked session gets the goodbye of a running one (`close_parked`).
+set (its descriptor is readable whenever a parked socket is); a ready session answers there
+when it can (`RtrConnection.serve_parked`: a delta already encoded, written whole) and is given
+back to the server to run otherwise (`resume`): a full table, a closing router, an error. The
+server's Serial Notify is written to a parked session at once, and a hand-over wakes it
+(`RtrConnection.wake`). At shutdown every parked session gets the goodbye of a running one
+(`close_parked`).
 
 Linux only (``select.epoll``); elsewhere `ParkingLot.available` is False and sessions keep their
 tasks.
@@ -49,6 +51,9 @@ class ParkingLot:
         self._close = close
         self._epoll = select.epoll() if self.available else None
         self._parked: dict[int, RtrConnection] = {}
+        #: Sessions parked, and given back to run (a full table, a closing router, ...).
+        self.parks = 0
+        self.resumed = 0
 
     def __len__(self) -> int:
         """Sessions parked now."""
@@ -67,6 +72,7 @@ class ParkingLot:
             return False
         self._parked[fd] = connection
         connection.parked(lambda: self._unpark(fd))
+        self.parks += 1
         return True
 
     def _unpark(self, fd: int) -> None:
@@ -76,6 +82,7 @@ class ParkingLot:
         assert self._epoll is not None
         self._epoll.unregister(fd)
         connection.parked(None)
+        self.resumed += 1
         self._resume(connection)
 
     async def run(self) -> None:
@@ -88,7 +95,9 @@ class ParkingLot:
             while True:
                 await anyio.wait_readable(epoll.fileno())
                 for fd, _ in epoll.poll(0, _BATCH):
-                    self._unpark(fd)
+                    connection = self._parked.get(fd)
+                    if connection is not None and not connection.serve_parked():
+                        self._unpark(fd)
         finally:
             with anyio.CancelScope(shield=True):
                 await self._close_all()

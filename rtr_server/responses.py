@@ -4,8 +4,10 @@ Full responses are keyed by (session id, serial, version) and deltas by (session
 serial, to serial, version).
 
 Encoding is lazy and single-flight: the first session that needs a response encodes it (in a
-worker thread when it is large) while later ones wait for the same result. The cache is bounded
-in bytes; a session still writing an evicted response keeps only its own reference alive.
+worker thread when it is large) while later ones wait for the same result; `ready` encodes a
+small one at once for a caller that cannot wait (a parked session, `rtr_server.parking`). The
+cache is bounded in bytes; a session still writing an evicted response keeps only its own
+reference alive.
 """
 
 from __future__ import annotations
@@ -22,6 +24,14 @@ from rtr_protocol.actions import SendDelta, SendFull
 THREAD_THRESHOLD = 20_000
 
 Chunks = tuple[bytes, ...]
+
+
+def _key(action: SendFull | SendDelta) -> Hashable:
+    """A response's cache key: ``full`` or ``delta``, the session, the serial(s), the version."""
+    serial = action.state.serial.value
+    if isinstance(action, SendFull):
+        return ("full", action.session_id, serial, action.version)
+    return ("delta", action.session_id, action.from_serial.value, serial, action.version)
 
 
 class _Pending:
@@ -45,12 +55,35 @@ class ResponseCache:
         self.encodes = 0
         self.hits = 0
 
+    def ready(self, action: SendFull | SendDelta) -> Chunks | None:
+        """The encoded chunks for ``action`` without waiting: held, or small and encoded now.
+
+        None when it is large (encoded in a worker thread by `response`) or being encoded.
+        """
+        key = _key(action)
+        cached = self._entries.get(key)
+        if cached is not None:
+            self._entries.move_to_end(key)
+            self.hits += 1
+            return cached
+        size, encode = self._encoder(action)
+        if size > THREAD_THRESHOLD or key in self._pending:
+            return None
+        result = encode()
+        self.encodes += 1
+        self._store(key, result)
+        return result
+
     async def response(self, action: SendFull | SendDelta) -> Chunks:
         """The encoded chunks for ``action``."""
+        size, encode = self._encoder(action)
+        return await self._get(_key(action), encode, threaded=size > THREAD_THRESHOLD)
+
+    def _encoder(self, action: SendFull | SendDelta) -> tuple[int, Callable[[], Chunks]]:
+        """The records of ``action``'s response and the function that encodes it."""
         state = action.state
         session_id = action.session_id
         if isinstance(action, SendFull):
-            key: Hashable = ("full", session_id, state.serial.value, action.version)
             snap = state.snapshot
             size = snap.vrp_count + len(snap.aspas) + len(snap.router_keys)
 
@@ -60,25 +93,17 @@ class ResponseCache:
                         snap, action.version, session_id, state.serial, self.timers
                     )
                 )
-        else:
-            key = (
-                "delta",
-                session_id,
-                action.from_serial.value,
-                state.serial.value,
-                action.version,
+
+            return size, encode
+        delta = action.delta
+        size = sum(delta.counts().values())  # records of every kind, both ways
+
+        def encode_delta() -> Chunks:
+            return tuple(
+                encode_delta_response(delta, action.version, session_id, state.serial, self.timers)
             )
-            delta = action.delta
-            size = sum(delta.counts().values())  # records of every kind, both ways
 
-            def encode() -> Chunks:
-                return tuple(
-                    encode_delta_response(
-                        delta, action.version, session_id, state.serial, self.timers
-                    )
-                )
-
-        return await self._get(key, encode, threaded=size > THREAD_THRESHOLD)
+        return size, encode_delta
 
     async def _get(self, key: Hashable, encode: Callable[[], Chunks], *, threaded: bool) -> Chunks:
         while True:

@@ -145,6 +145,10 @@ class RtrServer:
         """The shared encoded chunks of a full or delta reply (see `ResponseCache`)."""
         return await self.responses.response(action)
 
+    def ready_response(self, action: SendFull | SendDelta) -> Sequence[bytes] | None:
+        """Those chunks without waiting: encoded, or small and encoded now (None: `response`)."""
+        return self.responses.ready(action)
+
     def response_sent(
         self, peer: str, action: SendFull | SendDelta, size: int, held: HeldAnswer | None = None
     ) -> None:

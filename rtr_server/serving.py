@@ -15,7 +15,14 @@ from rtr_protocol import CloseReason, Hold, SendDelta, SendFull
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState
 
-__all__ = ["SSH_REFUSALS", "TRANSPORTS", "HeldAnswer", "ServerStats", "ServingContext"]
+__all__ = [
+    "SSH_REFUSALS",
+    "TRANSPORTS",
+    "ConnectionStats",
+    "HeldAnswer",
+    "ServerStats",
+    "ServingContext",
+]
 
 #: The transports a session can come over (`ServerStats.accepted_by_transport`).
 TRANSPORTS = ("tcp", "tls", "ssh")
@@ -39,6 +46,18 @@ class HeldAnswer(NamedTuple):
     encoded: float
     #: Writing it: as fast as the router reads.
     written: float
+
+
+@dataclass(slots=True)
+class ConnectionStats:
+    """What one connection did; logged at close and summed by the server."""
+
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    reset_queries: int = 0
+    serial_queries: int = 0
+    notifies: int = 0
+    errors_sent: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -98,6 +117,10 @@ class ServingContext(Protocol):
 
     async def response(self, action: SendFull | SendDelta) -> Sequence[bytes]:
         """The shared encoded chunks of a full or delta reply."""
+        ...
+
+    def ready_response(self, action: SendFull | SendDelta) -> Sequence[bytes] | None:
+        """Those chunks without waiting: encoded, or small and encoded now (None: `response`)."""
         ...
 
     def response_sent(

@@ -13,9 +13,8 @@ from typing import Protocol
 
 from rtr_protocol.session import ServerSession
 from rtr_server.admission import Admission
-from rtr_server.connection import ConnectionStats
 from rtr_server.publish_log import PublishLog
-from rtr_server.serving import ServerStats
+from rtr_server.serving import ConnectionStats, ServerStats
 from rtr_server.settings import ServerSettings
 from snapshot.publisher import PublishedState
 

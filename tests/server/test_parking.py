@@ -5,12 +5,13 @@ Notify, a router that leaves ends its session, and shutdown gives each its goodb
 from __future__ import annotations
 
 import gc
+import socket
 import sys
 
 import anyio
 import pytest
 
-from rtr_protocol import CloseReason, SerialNotify
+from rtr_protocol import CloseReason, SerialNotify, SerialQuery, encode
 from rtr_server.parking import ParkingLot
 from rtr_server.server import RtrServer
 from snapshot import SessionIds
@@ -68,12 +69,66 @@ async def test_idle_sessions_are_parked_and_still_served() -> None:
                 assert len(delta.payload) == 1
             await wait_until(lambda: len(server.parking) == 3, what="parked after the deltas")
             assert server.stats.notifies == 3
+            # The notifies and the deltas were written from the parking lot: no task ran.
+            assert server.parking.resumed == 0
         finally:
             for client in clients:
                 await client.aclose()
         await wait_until(lambda: not server.connections, what="the sessions to end")
         assert len(server.parking) == 0
         assert server.stats.disconnects[CloseReason.PEER_CLOSED] == 3
+
+
+async def test_a_full_table_for_a_parked_session_is_written_by_its_task() -> None:
+    first, _ = small_states()
+    server = RtrServer(settings())
+    server.publish(first)
+    async with running_server(server) as port, await RtrClient.connect(port) as client:
+        await client.reset(1)
+        await wait_until(lambda: len(server.parking) == 1, what="parked")
+        again = await client.reset(1)
+        assert len(again.payload) == 100
+        assert server.parking.resumed == 1
+        await wait_until(lambda: len(server.parking) == 1, what="parked again")
+
+
+async def test_a_parked_router_that_asks_without_reading_is_dropped() -> None:
+    """Its answers go out from the lot while its socket takes them; then its task writes, and
+    the write timeout drops it."""
+    first, _ = small_states()
+    server = RtrServer(settings(write_timeout=0.5))
+    server.publish(first)
+    async with running_server(server) as port:
+        # Small buffers on both sides (the accepted socket inherits the listener's): a few
+        # thousand answers fill them.
+        server.listening_sockets[0].setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        try:
+            sock.connect(("127.0.0.1", port))
+            sock.setblocking(False)
+            query = SerialQuery(1, first.session_ids.v1, first.serial.value)
+            sock.send(encode(query))
+            got = b""
+            with anyio.fail_after(5):
+                while len(got) < 32:  # Cache Response, End of Data
+                    await anyio.wait_readable(sock)
+                    got += sock.recv(64)
+            await wait_until(lambda: len(server.parking) == 1, what="parked")
+            many = encode(query) * 20_000  # 640 kB of answers it never reads
+            sent = 0
+            with anyio.fail_after(10):
+                while sent < len(many) and server.connections:
+                    try:
+                        sent += sock.send(many[sent:])
+                    except BlockingIOError:
+                        await anyio.sleep(0.01)
+            await wait_until(lambda: not server.connections, what="the stalled router to go")
+        finally:
+            sock.close()
+    assert server.stats.disconnects[CloseReason.WRITE_STALLED] == 1
+    assert server.parking.resumed == 1
+    assert server.stats.serial_queries > 1
 
 
 async def test_a_session_before_its_first_query_is_not_parked() -> None:
