@@ -24,10 +24,13 @@ from rtr_protocol import NEED_DATA, Action, SendDelta, ServerSession
 from rtr_server.raw_stream import RawSocketStream
 from rtr_server.serving import ConnectionStats, ServingContext
 
-__all__ = ["INLINE_ANSWER_MAX", "ParkedIo"]
+__all__ = ["INLINE_ANSWER_MAX", "INLINE_PDUS", "ParkedIo"]
 
 #: The largest answer written from the parking lot (a delta of a few thousand changes).
 INLINE_ANSWER_MAX: Final = 256 * 1024
+#: PDUs a parked session answers at one wake; a router that sent more is served by its task,
+#: which lets others run between its writes.
+INLINE_PDUS: Final = 32
 #: Octets read at once.
 _RECEIVE_SIZE: Final = 65_536
 
@@ -112,17 +115,22 @@ class ParkedIo:
         session = self.session
         session.receive_data(data)
         state = self.server.state
-        while data and not session.kept_unconfirmed:
+        for taken in range(INLINE_PDUS + 1):
+            if not data or session.kept_unconfirmed:
+                break
             action = session.next_action(state)
             if action is NEED_DATA:
                 return state is None or not session.wants_redial
+            if taken == INLINE_PDUS:  # enough for one wake: the task takes it from here
+                self._pending_action = action
+                return False
             answered = self._answer_now(action) if isinstance(action, SendDelta) else None
             if answered is None:
                 self._pending_action = action
                 return False
             if not answered:
                 return False
-        return False  # the router closed (the pump ends the session), or a kept router
+        return False  # the router closed, or a kept router
 
     def _answer_now(self, action: SendDelta) -> bool | None:
         """Write a cached delta; True: all of it went, False: part (the pump writes the rest).

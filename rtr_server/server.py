@@ -56,6 +56,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: Sessions the notifier wakes (or writes a parked one's Notify to) before it lets others run.
+NOTIFY_BATCH = 256
+
 
 class RtrServer:
     """Serves the current `PublishedState` to routers over TCP and TLS."""
@@ -458,7 +461,9 @@ class RtrServer:
             now = anyio.current_time()
             next_due = math.inf
             requested = False
-            for connection in list(pending):
+            for done, connection in enumerate(list(pending)):
+                if done % NOTIFY_BATCH == NOTIFY_BATCH - 1:
+                    await anyio.lowlevel.checkpoint()  # thousands of parked writes: let others run
                 due = connection.notified_at + interval
                 if connection not in self.connections:
                     pending.discard(connection)

@@ -16,15 +16,17 @@ import ipaddress
 import ssl
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import ByteStream
 from anyio.streams.tls import TLSAttribute, TLSStream
-from cryptography import x509
-from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from rtr_server.access import Address, peer_address
 from rtr_server.settings import TlsFiles
+
+if TYPE_CHECKING:
+    from cryptography import x509
 
 
 class TlsConfigError(ValueError):
@@ -59,6 +61,8 @@ def _read(path: Path, what: str) -> bytes:
 
 
 def _certificates(path: Path, what: str, now: datetime) -> list[x509.Certificate]:
+    from cryptography import x509  # cryptography (~9 MiB) is loaded only for TLS listeners
+
     data = _read(path, what)
     try:
         certs = x509.load_pem_x509_certificates(data)
@@ -83,6 +87,8 @@ def make_server_context(files: TlsFiles, *, now: datetime | None = None) -> ssl.
     now = now or datetime.now(UTC)
     _certificates(files.cert, "TLS certificate", now)
     key = _read(files.key, "TLS key")
+    from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
     try:
         load_pem_private_key(key, password=None)
     except TypeError:
@@ -109,6 +115,8 @@ def make_server_context(files: TlsFiles, *, now: datetime | None = None) -> ssl.
 
 def certificate_ip_addresses(der: bytes) -> tuple[Address, ...]:
     """The subjectAltName iPAddress entries of a DER certificate (empty without any)."""
+    from cryptography import x509
+
     cert = x509.load_der_x509_certificate(der)
     try:
         san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value

@@ -6,6 +6,7 @@ nor any structure of its ``roas`` array. A compressed export, and one that canno
 pieces (another shape, an invalid entry), are read whole as before; the whole-document read
 then names what is wrong. The digest is of the bytes the payload was made of: when the file
 was replaced between the streamed read and the whole one, it is the digest of the second.
+After a read the freed heap goes back to the system (`upstream.heap.trim_heap`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Final
 
 from upstream.decompress import decompress
 from upstream.format_error import FormatError
+from upstream.heap import trim_heap
 from upstream.json_format import parse_export, pieced_payload
 from upstream.pieces import PieceMemo
 from upstream.source import Delivery, payload_identity
@@ -69,8 +71,10 @@ def read_export(
         raise FormatError(f"file of {size} bytes exceeds the limit of {max_bytes} bytes")
     read = cutter.finish()
     payload = None if read is None else pieced_payload(read, memo, max_aspa_providers)
+    del read, cutter
     if payload is None:
         return _whole(path.read_bytes(), known, max_aspa_providers, max_bytes, memo)
+    trim_heap()
     return digest, size, Delivery(payload, payload_identity(payload))
 
 
@@ -91,4 +95,6 @@ def _whole(
     data = decompress(raw, max_size=max_bytes)
     del raw
     payload = parse_export(data, max_aspa_providers=max_aspa_providers, memo=memo)
+    del data
+    trim_heap()
     return digest, size, Delivery(payload, payload_identity(payload))

@@ -401,8 +401,9 @@ def pieced_payload(
             return None
         sections = fast.sections()
     tables = assemble([p.v4 for p in read.pieces], [p.v6 for p in read.pieces])
-    if memo is not None:
-        memo.replace(read.pieces)
+    if memo is not None:  # the pieces as views of the tables: the memo holds no second copy
+        pieces, v4_at, v6_at = read.pieces, tables.v4_at, tables.v6_at
+        memo.replace([p.placed(tables, v4_at[i], v6_at[i]) for i, p in enumerate(pieces)])
         memo.sections = digest, max_aspa_providers, sections
     return _payload(tables, sections, meta.generated)
 

@@ -40,13 +40,33 @@ ANCHOR_SIZE: Final = 64
 
 
 class FamilyPart(NamedTuple):
-    """The VRPs of one family in one piece."""
+    """The VRPs of one family in one piece.
+
+    A piece just read holds its own keys and expiries; a remembered one whose keys lie as one
+    run in the source's assembled table holds views of that table instead (`Piece.placed`), so
+    the memo costs no second copy of the table.
+    """
 
     #: Packed keys, descending, unique.
-    keys: bytes
+    keys: bytes | memoryview
     #: Their expiries, aligned.
-    expires: array[int]
+    expires: array[int] | memoryview
     #: Other supports of keys in ``keys``: (key, expiry).
+    extras: tuple[tuple[bytes, int], ...]
+
+    def owned(self) -> OwnedPart:
+        """The same part with keys and expiries of its own (not views of a table)."""
+        expires = self.expires if isinstance(self.expires, array) else array("q")
+        if not isinstance(self.expires, array):
+            expires.frombytes(self.expires.cast("B"))
+        return OwnedPart(bytes(self.keys), expires, self.extras)
+
+
+class OwnedPart(NamedTuple):
+    """A `FamilyPart` whose keys and expiries are its own (what merging works on)."""
+
+    keys: bytes
+    expires: array[int]
     extras: tuple[tuple[bytes, int], ...]
 
 
@@ -59,6 +79,10 @@ class VrpTables(NamedTuple):
     v6_expires: array[int]
     #: (family 4/6, key, expiry), IPv4 first, then keys and expiries descending.
     duplicates: tuple[tuple[int, bytes, int], ...]
+    #: Per part given to `assemble`, the index of its first key in its family's table when its
+    #: keys lie there as one run (None: merged with another part's, or empty).
+    v4_at: tuple[int | None, ...] = ()
+    v6_at: tuple[int | None, ...] = ()
 
 
 class Sections(NamedTuple):
@@ -87,6 +111,27 @@ class Piece:
     count: int
     v4: FamilyPart
     v6: FamilyPart
+
+    def placed(self, tables: VrpTables, v4_at: int | None, v6_at: int | None) -> Piece:
+        """This piece with views of ``tables`` where its keys lie there as one run.
+
+        ``v4_at``/``v6_at``: the index of its first key of that family in ``tables`` (None:
+        merged with another piece's keys, so the piece keeps its own part).
+        """
+        v4 = _view(self.v4, tables.v4, tables.v4_expires, v4_at, V4_KEY_SIZE)
+        v6 = _view(self.v6, tables.v6, tables.v6_expires, v6_at, V6_KEY_SIZE)
+        return Piece(self.digest, self.size, self.anchor, self.count, v4, v6)
+
+
+def _view(
+    part: FamilyPart, table: bytes, expires: array[int], at: int | None, width: int
+) -> FamilyPart:
+    """``part`` as views of ``table`` and ``expires`` from key index ``at`` on."""
+    count = len(part.keys) // width
+    if at is None or not count:
+        return part
+    keys = memoryview(table)[at * width : (at + count) * width]
+    return FamilyPart(keys, memoryview(expires)[at : at + count], part.extras)
 
 
 class PieceMemo:
@@ -141,12 +186,12 @@ def family_part(vrps: dict[bytes, int], extras: list[tuple[bytes, int]]) -> Fami
 
 def assemble(v4_parts: Sequence[FamilyPart], v6_parts: Sequence[FamilyPart]) -> VrpTables:
     """The tables of the pieces' parts (any order) and their extras, sorted."""
-    v4, v4_expires, v4_extras = _family(v4_parts, V4_KEY_SIZE)
-    v6, v6_expires, v6_extras = _family(v6_parts, V6_KEY_SIZE)
+    v4, v4_expires, v4_extras, v4_at = _family(v4_parts, V4_KEY_SIZE)
+    v6, v6_expires, v6_extras, v6_at = _family(v6_parts, V6_KEY_SIZE)
     duplicates = [(4, k, e) for k, e in v4_extras] + [(6, k, e) for k, e in v6_extras]
     # IPv4 first (as `json_format._extra_order`), then by key and expiry, all descending.
     duplicates.sort(key=lambda d: (d[0] == 4, d[1], d[2]), reverse=True)
-    return VrpTables(v4, v4_expires, v6, v6_expires, tuple(duplicates))
+    return VrpTables(v4, v4_expires, v6, v6_expires, tuple(duplicates), v4_at, v6_at)
 
 
 #: Keys of one part that may overlap the next before their whole run is merged at once.
@@ -155,37 +200,43 @@ _MAX_OVERLAP: Final = 4096
 
 def _family(
     parts: Sequence[FamilyPart], width: int
-) -> tuple[bytes, array[int], list[tuple[bytes, int]]]:
-    """One family's table, expiries and extras (unsorted) from its parts.
+) -> tuple[bytes, array[int], list[tuple[bytes, int]], tuple[int | None, ...]]:
+    """One family's table, expiries, extras (unsorted) and each part's place in the table.
 
     The parts are taken by their largest key, descending, and grouped into runs whose key
-    ranges overlap. A part alone in its run is appended as it is; the parts of a run are merged
-    (`_run_table`).
+    ranges overlap. A part alone in its run is appended as it is (its place is where its first
+    key went); the parts of a run are merged (`_run_table`; they have no place of their own).
     """
     extras: list[tuple[bytes, int]] = [x for part in parts for x in part.extras]
-    ordered = sorted((p for p in parts if p.keys), key=lambda p: p.keys[:width], reverse=True)
-    runs: list[list[FamilyPart]] = []
+    tops = {i: bytes(p.keys[:width]) for i, p in enumerate(parts) if len(p.keys)}
+    runs: list[list[int]] = []
     low = b""  # the smallest key of the current run
-    for part in ordered:
-        if runs and part.keys[:width] >= low:
-            runs[-1].append(part)
-            low = min(low, part.keys[-width:])
+    for i in sorted(tops, key=tops.__getitem__, reverse=True):
+        bottom = bytes(parts[i].keys[-width:])
+        if runs and tops[i] >= low:
+            runs[-1].append(i)
+            low = min(low, bottom)
         else:
-            runs.append([part])
-            low = part.keys[-width:]
-    blobs: list[bytes] = []
+            runs.append([i])
+            low = bottom
+    blobs: list[bytes | memoryview] = []
     expires = array("q")
+    at: list[int | None] = [None] * len(parts)
     for run in runs:
-        keys, run_expires = (
-            (run[0].keys, run[0].expires) if len(run) == 1 else _run_table(run, width, extras)
-        )
-        blobs.append(keys)
-        expires.extend(run_expires)
-    return b"".join(blobs), expires, extras
+        if len(run) == 1:
+            part = parts[run[0]]
+            at[run[0]] = len(expires)
+            blobs.append(part.keys)
+            expires.frombytes(memoryview(part.expires).cast("B"))
+        else:
+            keys, run_expires = _run_table([parts[i].owned() for i in run], width, extras)
+            blobs.append(keys)
+            expires.extend(run_expires)
+    return b"".join(blobs), expires, extras, tuple(at)
 
 
 def _run_table(
-    run: Sequence[FamilyPart], width: int, extras: list[tuple[bytes, int]]
+    run: Sequence[OwnedPart], width: int, extras: list[tuple[bytes, int]]
 ) -> tuple[bytes, array[int]]:
     """One table of the overlapping parts of ``run``; demoted supports go to ``extras``.
 
@@ -210,14 +261,14 @@ def _run_table(
             return _merge(run, width, extras)
         blobs.append(carry_keys[: cut * width])
         expires.extend(carry_expires[:cut])
-        tail = FamilyPart(carry_keys[cut * width :], carry_expires[cut:], ())
+        tail = OwnedPart(carry_keys[cut * width :], carry_expires[cut:], ())
         low = tail.keys[-width:]
         # The part's keys at or above the tail's lowest overlap it; the others follow it.
         head = find(part.keys, width, low)
         head += part.keys[head * width : (head + 1) * width] == low
         if head > _MAX_OVERLAP:
             return _merge(run, width, extras)
-        overlap = FamilyPart(part.keys[: head * width], part.expires[:head], ())
+        overlap = OwnedPart(part.keys[: head * width], part.expires[:head], ())
         merged_keys, merged_expires = _merge((tail, overlap), width, found)
         carry_keys = merged_keys + part.keys[head * width :]
         carry_expires = merged_expires + part.expires[head:]
@@ -228,7 +279,7 @@ def _run_table(
 
 
 def _merge(
-    run: Sequence[FamilyPart], width: int, extras: list[tuple[bytes, int]]
+    run: Sequence[OwnedPart], width: int, extras: list[tuple[bytes, int]]
 ) -> tuple[bytes, array[int]]:
     """The parts of ``run`` as one table, key by key; demoted supports go to ``extras``."""
     keys = [key for part in run for key in split_keys(part.keys, width)]

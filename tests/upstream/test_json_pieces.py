@@ -144,6 +144,16 @@ def test_a_small_change_decodes_few_pieces() -> None:
     assert second != first
 
 
+def test_the_memo_holds_views_of_the_payload_not_a_copy() -> None:
+    memo = PieceMemo()
+    payload = parse_export(layout(sample_table(3000), 0).encode(), memo=memo)
+    views = [p.v4.keys for p in memo.pieces]
+    assert len(views) > 100
+    assert all(isinstance(v, memoryview) and v.obj is payload.v4 for v in views)
+    expires = [p.v4.expires for p in memo.pieces]
+    assert all(isinstance(e, memoryview) and e.obj is payload.v4_expires for e in expires)
+
+
 def test_the_memo_is_kept_when_an_export_is_refused_and_emptied_after_another_read() -> None:
     table = sample_table(200)
     memo = PieceMemo()
