@@ -86,8 +86,8 @@ async def run(args: argparse.Namespace, tmp: Path, first: Path, successor: Path)
                 *common,
             ]
         )
-        await wait_serving(edge_port, time.monotonic() + 120, args.vrps)
-        print(f"edge start to serving the full table: {time.monotonic() - started:.2f} s")
+        _, came = await wait_serving(edge_port, time.monotonic() + 120, args.vrps)
+        print(f"edge start to serving the full table: {came - started:.2f} s")
         files = [successor, first]
         for round_ in range(args.rounds):
             core_router = await synced(core_port)

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import logging
 from contextlib import AsyncExitStack
+from typing import TYPE_CHECKING
 
 import anyio
 from anyio.abc import TaskStatus
-from prometheus_client.registry import CollectorRegistry
 
 from persistence.backend import ThreadedBackend
 from persistence.location import StateLocation
@@ -34,7 +34,6 @@ from rtr_server import app_view
 from rtr_server.app_config import AppConfig, make_clock
 from rtr_server.continuity import fresh_session_ids
 from rtr_server.follower import StateFollower
-from rtr_server.http.api import HttpApi
 from rtr_server.http.view import GroupView, SourceView
 from rtr_server.publish_log import PublishLog
 from rtr_server.publishing import Publishing
@@ -48,6 +47,9 @@ from upstream.recovery import RecoveryPlan
 from upstream.slurm_files import SlurmFiles
 from upstream.source import Source
 from upstream.state_keeping import StateKeeping
+
+if TYPE_CHECKING:
+    from rtr_server.http.api import HttpApi
 
 log = logging.getLogger(__name__)
 
@@ -78,9 +80,15 @@ class App:
         )
         self.follower: StateFollower | None = None
         self._reader_close_error: str | None = None
-        #: Prometheus collectors of this app (served on /metrics); never the global registry.
-        self.registry = CollectorRegistry()
-        self.http = None if config.http is None else HttpApi(self, config.http, self.registry)
+        #: The HTTP API, with this app's own Prometheus registry (never the global one). Without
+        #: ``--http`` neither it nor prometheus_client is imported (less to load and hold).
+        self.http: HttpApi | None = None
+        if config.http is not None:
+            from prometheus_client.registry import CollectorRegistry
+
+            from rtr_server.http.api import HttpApi
+
+            self.http = HttpApi(self, config.http, CollectorRegistry())
         #: How the last orderly stop ended (None until `stop` made `run` close in order).
         self.shutdown: ShutdownReport | None = None
         self._stop = StopRequest()

@@ -15,6 +15,7 @@ import httpx
 
 from upstream.decompress import ContentDecoder, decode, decode_flush, decompress
 from upstream.format_error import FormatError, SizeLimitError
+from upstream.heap import trim_heap
 from upstream.json_format import parse_export
 from upstream.pieces import PieceMemo
 from upstream.source import Delivery, payload_identity
@@ -115,6 +116,8 @@ def digest_and_parse(
     try:
         data = decompress_bounded(data, limit)
         payload = parse_export(data, max_aspa_providers=max_aspa_providers, memo=memo)
+        del data
+        trim_heap()  # the body and the read's transients go back to the system
         return Parsed(digest, Delivery(payload, payload_identity(payload)))
     except FormatError as exc:
         return Parsed(digest, failure=PollError("format", str(exc)))

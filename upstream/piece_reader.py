@@ -23,11 +23,12 @@ from __future__ import annotations
 import hashlib
 import re
 import socket
+import struct
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
-from snapshot.packed import V4_KEY_SIZE
+from snapshot.packed import V4, V4_KEY_SIZE, V6
 from upstream.json_typed import PIECE_DECODER, PIECE_ERRORS, UNSET, Roa
 from upstream.packed_vrp import packed_key
 from upstream.pieces import ANCHOR_SIZE, Piece, PieceMemo, family_part
@@ -240,7 +241,9 @@ def _trailing_ws(data: bytes, end: int) -> int:
 
 
 _LENGTHS: Final = {str(n): n for n in range(129)}
-_LENGTH_PAIRS: Final = [[bytes((m, p)) for p in range(129)] for m in range(129)]
+#: The packed key (`snapshot.packed` V4/V6) from the address octets, max length, length, ASN.
+_PACK_V4: Final = V4.fields.pack
+_PACK_V6: Final = V6.fields.pack
 #: The host bits of a prefix length (-1 past the family's width: never all zero but 0.0.0.0).
 _HOST_V4: Final = [(1 << (32 - n)) - 1 if n <= 32 else -1 for n in range(129)]
 _HOST_V6: Final = [(1 << (128 - n)) - 1 for n in range(129)]
@@ -249,8 +252,8 @@ _HOST_V6: Final = [(1 << (128 - n)) - 1 for n in range(129)]
 def _decoded(span: memoryview) -> Piece | None:
     """The piece of entries ``span``; None when they are not all valid and of the common shape.
 
-    The loop is `upstream.packed_vrp.packed_key` inlined (the same checks, in another order):
-    it is the one place every VRP of a first read goes through.
+    The loop is `upstream.packed_vrp.packed_key` inlined (the same checks, in another order,
+    the key packed by `struct`): it is the one place every VRP of a first read goes through.
     """
     try:
         roas = PIECE_DECODER.decode(b"[" + span + b"]")
@@ -258,8 +261,9 @@ def _decoded(span: memoryview) -> Piece | None:
         return None
     v4: dict[bytes, int] = {}
     v6: dict[bytes, int] = {}
-    lengths, pairs, host_v4, host_v6, unset = _LENGTHS, _LENGTH_PAIRS, _HOST_V4, _HOST_V6, UNSET
+    lengths, host_v4, host_v6, unset = _LENGTHS, _HOST_V4, _HOST_V6, UNSET
     inet_pton, from_bytes, af_inet, af_inet6 = socket.inet_pton, int.from_bytes, _AF4, _AF6
+    pack_v4, pack_v6 = _PACK_V4, _PACK_V6
     repeated = 0
     for roa in roas:
         address, _, length_text = roa.prefix.partition("/")
@@ -269,21 +273,23 @@ def _decoded(span: memoryview) -> Piece | None:
         max_length = roa.maxLength
         if max_length is unset:
             max_length = length
+        # struct refuses a negative max length and an ASN outside 0 .. 2**32-1 (struct.error)
         try:
             if ":" in address:
                 raw = inet_pton(af_inet6, address)
                 if max_length > 128 or from_bytes(raw) & host_v6[length]:
                     return None
+                key = pack_v6(raw, max_length, length, roa.asn)
                 vrps = v6
             else:
                 raw = inet_pton(af_inet, address)
                 if max_length > 32 or from_bytes(raw) & host_v4[length]:
                     return None
+                key = pack_v4(raw, max_length, length, roa.asn)
                 vrps = v4
-            key = raw + pairs[max_length][length] + roa.asn.to_bytes(4)
-        except (OSError, ValueError, IndexError, OverflowError):  # ValueError: an embedded NUL
+        except (OSError, ValueError, struct.error):  # ValueError: an embedded NUL
             return None
-        if length > max_length:  # also a negative max length
+        if length > max_length:
             return None
         expires = roa.expires
         if vrps.setdefault(key, expires) is not expires:

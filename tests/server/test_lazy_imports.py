@@ -1,6 +1,7 @@
 """Serving starts without the imports only some configurations need: asyncssh (SSH listeners
-and SSH sources), cryptography (TLS listeners; about 9 MiB of RSS) and the subcommands' modules
-are loaded when asked for, not at every start."""
+and SSH sources), cryptography (TLS listeners; about 9 MiB of RSS), prometheus_client and the
+HTTP API (``--http``) and the subcommands' modules are loaded when asked for, not at every
+start."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import sys
 LAZY = (
     "asyncssh",
     "cryptography",
+    "prometheus_client",
+    "rtr_server.http.api",
     "rtr_server.ssh",
     "rtr_server.compare_command",
     "rtr_server.dump_command",
