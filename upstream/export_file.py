@@ -5,7 +5,8 @@ file and into a `upstream.piece_reader.PieceCutter`, so the file's text is never
 nor any structure of its ``roas`` array. A compressed export, and one that cannot be read in
 pieces (another shape, an invalid entry), are read whole as before; the whole-document read
 then names what is wrong. The digest is of the bytes the payload was made of: when the file
-was replaced between the streamed read and the whole one, it is the digest of the second.
+was replaced between the streamed read and the whole one, it is the digest of the second. A
+large first read is split with a helper process on a second core (`upstream.split_read`).
 After a read the freed heap goes back to the system (`upstream.heap.trim_heap`).
 """
 
@@ -39,37 +40,57 @@ def read_export(
     max_aspa_providers: int,
     max_bytes: int = DEFAULT_MAX_BYTES,
     memo: PieceMemo | None = None,
+    *,
+    helper: bool = True,
 ) -> tuple[bytes, int, Delivery | None]:
     """(digest, size, delivery) of the export at ``path``; no delivery when the digest is known.
 
-    ``memo`` holds the pieces of the last export read (`upstream.pieces`).
+    ``memo`` holds the pieces of the last export read (`upstream.pieces`). With ``helper``, a
+    large first read is split with a helper process (`upstream.split_read`).
 
     Raises:
         OSError: the file cannot be read.
         FormatError: the export is too large, or not a valid export.
     """
     from upstream.piece_reader import PieceCutter
+    from upstream.split_read import SPLIT_MIN, SplitRead
 
-    with path.open("rb") as f:
-        first = f.read(BLOCK)
-        if first.startswith(_COMPRESSED):
-            return _whole(first + f.read(), known, max_aspa_providers, max_bytes, memo)
-        sha = hashlib.sha256(first)
-        size = len(first)
-        cutter = PieceCutter(memo)
-        cutter.feed(first)
-        stated = os.fstat(f.fileno()).st_size
-        while block := f.read(BLOCK):
-            sha.update(block)
-            size += len(block)
-            if max(size, stated) <= max_bytes:
-                cutter.feed(block)
-        digest = sha.digest()
-    if digest in known:
-        return digest, size, None
-    if size > max_bytes:
-        raise FormatError(f"file of {size} bytes exceeds the limit of {max_bytes} bytes")
-    read = cutter.finish()
+    split: SplitRead | None = None
+    try:
+        with path.open("rb") as f:
+            block = f.read(BLOCK)
+            if block.startswith(_COMPRESSED):
+                return _whole(block + f.read(), known, max_aspa_providers, max_bytes, memo)
+            stated = os.fstat(f.fileno()).st_size
+            if helper and not memo and SPLIT_MIN <= stated <= max_bytes:
+                split = SplitRead.begin(path, f, stated)
+            sha = hashlib.sha256()
+            size = 0
+            cutter = PieceCutter(memo)
+            while block:
+                sha.update(block)
+                if max(size + len(block), stated) <= max_bytes:
+                    if split is None:
+                        cutter.feed(block)
+                    else:
+                        split.feed(cutter, block, size)
+                size += len(block)
+                block = f.read(BLOCK)
+            digest = sha.digest()
+        if digest in known:
+            return digest, size, None
+        if size > max_bytes:
+            raise FormatError(f"file of {size} bytes exceeds the limit of {max_bytes} bytes")
+        read = cutter.finish()
+        if split is not None:
+            read = split.join(read)
+            if read is None:  # the helper failed, or read other bytes: alone, from the start
+                split.close()
+                split = None
+                return read_export(path, known, max_aspa_providers, max_bytes, memo, helper=False)
+    finally:
+        if split is not None:
+            split.close()
     payload = None if read is None else pieced_payload(read, memo, max_aspa_providers)
     del read, cutter
     if payload is None:

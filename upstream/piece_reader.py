@@ -24,7 +24,6 @@ import hashlib
 import re
 import socket
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -63,10 +62,15 @@ class PieceRead:
     """The pieces of one export's ``roas`` array, and the document around the array."""
 
     pieces: list[Piece]
-    #: The document with its ``roas`` array replaced by ``[mark]``.
-    frame: Callable[[bytes], bytes]
+    #: The document before the array's ``[``, and after its ``]``.
+    head: bytes
+    tail: bytes
     #: Pieces taken from the memo.
     reused: int
+
+    def frame(self, mark: bytes) -> bytes:
+        """The document with its ``roas`` array replaced by ``[mark]``."""
+        return b"".join((self.head, b"[", mark, b"]", self.tail))
 
 
 def read_pieces(data: bytes, memo: PieceMemo | None = None) -> PieceRead | None:
@@ -115,12 +119,7 @@ class PieceCutter:
             self._advance(final=True)
         if self._failed or self._tail is None or self._head is None:
             return None
-        head, tail = self._head, b"".join(self._tail)
-
-        def frame(mark: bytes) -> bytes:
-            return b"".join((head, b"[", mark, b"]", tail))
-
-        return PieceRead(self._pieces, frame, self._reused)
+        return PieceRead(self._pieces, self._head, b"".join(self._tail), self._reused)
 
     # ------------------------------------------------------------------ the cut
     def _advance(self, *, final: bool) -> None:
