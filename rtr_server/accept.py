@@ -46,11 +46,7 @@ async def accept_forever(
             try:
                 stream = await listener.accept()
             except OSError as exc:
-                if failed is not None:
-                    failed()
-                log.error("%s accept failed: %s; retrying in %.2f s", what, exc, backoff)
-                await anyio.sleep(backoff)
-                backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
+                backoff = await _pause(exc, backoff, what, failed)
                 continue
             backoff = ACCEPT_BACKOFF_MIN
             admit(stream)
@@ -79,12 +75,19 @@ async def accept_sockets_forever(
                 except BlockingIOError:
                     break
                 except OSError as exc:
-                    if failed is not None:
-                        failed()
-                    log.error("%s accept failed: %s; retrying in %.2f s", what, exc, backoff)
-                    await anyio.sleep(backoff)
-                    backoff = min(backoff * 2, ACCEPT_BACKOFF_MAX)
+                    backoff = await _pause(exc, backoff, what, failed)
                     break
                 backoff = ACCEPT_BACKOFF_MIN
                 admit(conn)
             await anyio.lowlevel.checkpoint()
+
+
+async def _pause(
+    exc: OSError, backoff: float, what: str, failed: Callable[[], None] | None
+) -> float:
+    """Count and log a failed accept, wait ``backoff``; the next backoff (doubled, capped)."""
+    if failed is not None:
+        failed()
+    log.error("%s accept failed: %s; retrying in %.2f s", what, exc, backoff)
+    await anyio.sleep(backoff)
+    return min(backoff * 2, ACCEPT_BACKOFF_MAX)

@@ -41,19 +41,11 @@ class RawSocketStream(SocketStream):
     async def receive(self, max_bytes: int = 65536) -> bytes:
         """What the router sent (at least one octet); `anyio.EndOfStream` when it closed."""
         await checkpoint_if_cancelled()
-        while True:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                data = self._sock.recv(max_bytes)
-            except BlockingIOError:
-                await anyio.wait_readable(self._sock)
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            if not data:
-                raise anyio.EndOfStream
-            return data
+        while (data := self.receive_nowait(max_bytes)) is None:
+            await anyio.wait_readable(self._sock)
+        if not data:
+            raise anyio.EndOfStream
+        return data
 
     def receive_nowait(self, max_bytes: int = 65536) -> bytes | None:
         """What the router sent and is waiting now; None: nothing; b"": the router closed."""
@@ -70,19 +62,14 @@ class RawSocketStream(SocketStream):
         """Write all of ``item``, waiting while the socket buffer is full."""
         view = memoryview(item)
         while view:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                sent = self._sock.send(view)
-            except BlockingIOError:
+            sent = self.send_nowait(view)
+            if sent:
+                view = view[sent:]
+            else:
                 await anyio.wait_writable(self._sock)
-                continue
-            except OSError as exc:
-                raise anyio.BrokenResourceError from exc
-            view = view[sent:]
         await checkpoint()  # a writer the router keeps up with still lets others run
 
-    def send_nowait(self, item: bytes) -> int:
+    def send_nowait(self, item: bytes | memoryview) -> int:
         """Write what the socket buffer takes now; the octets written (0: nothing fits).
 
         Raises:

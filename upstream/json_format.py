@@ -48,7 +48,7 @@ from upstream.json_fields import (
 )
 from upstream.packed_vrp import ABSENT, packed_key
 from upstream.payload import SourcePayload
-from upstream.pieces import PieceMemo, Sections, VrpTables, assemble
+from upstream.pieces import PieceMemo, Sections, VrpTables, add_support, assemble
 
 if TYPE_CHECKING:
     from upstream.json_typed import Roa
@@ -118,14 +118,7 @@ class _Collector:
         self._vrp(vrp_key(entry), expires_of(entry))
 
     def _vrp(self, key: bytes, expires: int) -> None:
-        old = self.vrps.get(key)
-        if old is None:
-            self.vrps[key] = expires
-        elif expires > old:
-            self.vrps[key] = expires
-            self.vrp_extras.append((key, old))
-        else:
-            self.vrp_extras.append((key, expires))
+        add_support(self.vrps, self.vrp_extras, key, expires)
 
     def add_router_key(self, entry: dict[str, Any]) -> None:
         self.counts["router_key"] += 1

@@ -30,7 +30,7 @@ from typing import Final
 from snapshot.packed import V4, V4_KEY_SIZE, V6
 from upstream.json_typed import PIECE_DECODER, PIECE_ERRORS, UNSET, Roa
 from upstream.packed_vrp import packed_key
-from upstream.pieces import ANCHOR_SIZE, Piece, PieceMemo, family_part
+from upstream.pieces import ANCHOR_SIZE, Piece, PieceMemo, add_support, family_part
 
 __all__ = ["MAX_HELD", "PIECE_SIZE", "PieceCutter", "PieceRead", "read_pieces"]
 
@@ -315,16 +315,10 @@ def _with_repeats(span: memoryview, roas: list[Roa]) -> Piece | None:
         key = packed_key(roa.prefix, roa.asn, roa.maxLength, UNSET)
         if key is None:
             return None
-        vrps, extras = (v4, v4_extras) if len(key) == V4_KEY_SIZE else (v6, v6_extras)
-        expires = roa.expires
-        old = vrps.get(key)
-        if old is None:
-            vrps[key] = expires
-        elif expires > old:
-            vrps[key] = expires
-            extras.append((key, old))
+        if len(key) == V4_KEY_SIZE:
+            add_support(v4, v4_extras, key, roa.expires)
         else:
-            extras.append((key, expires))
+            add_support(v6, v6_extras, key, roa.expires)
     return Piece(
         hashlib.sha256(span).digest(),
         len(span),

@@ -31,6 +31,7 @@ __all__ = [
     "PieceMemo",
     "Sections",
     "VrpTables",
+    "add_support",
     "assemble",
     "family_part",
 ]
@@ -95,6 +96,23 @@ class Sections(NamedTuple):
 
 
 EMPTY_PART = FamilyPart(b"", array("q"), ())
+
+
+def add_support(
+    latest: dict[bytes, int], extras: list[tuple[bytes, int]], key: bytes, expiry: int
+) -> None:
+    """One more support of VRP ``key``: the latest expiry stays in ``latest``, others in ``extras``.
+
+    Contract P-27: each support keeps its own place.
+    """
+    old = latest.get(key)
+    if old is None:
+        latest[key] = expiry
+    elif expiry > old:
+        latest[key] = expiry
+        extras.append((key, old))
+    else:
+        extras.append((key, expiry))
 
 
 @dataclass(frozen=True, slots=True)
@@ -290,13 +308,6 @@ def _merge(
     if len(latest) < len(keys):  # some VRP in two parts: the latest expiry stays
         latest = {}
         for key, expiry in zip(keys, expires, strict=True):
-            old = latest.get(key)
-            if old is None:
-                latest[key] = expiry
-            elif expiry > old:
-                latest[key] = expiry
-                extras.append((key, old))
-            else:
-                extras.append((key, expiry))
+            add_support(latest, extras, key, expiry)
     order = sorted(latest, reverse=True)
     return b"".join(order), array("q", map(latest.__getitem__, order))

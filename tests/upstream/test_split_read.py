@@ -7,7 +7,6 @@ file (a replaced export), it never starts.
 
 from __future__ import annotations
 
-import hashlib
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -16,11 +15,11 @@ from unittest import mock
 
 import pytest
 
-from tests.upstream.test_json_pieces import layout, sample_table
-from upstream import export_file, json_format, piece_reader, split_read
+from tests.upstream.test_export_file import read
+from tests.upstream.test_json_pieces import layout, sample_table, whole
+from upstream import export_file, piece_reader, split_read
 from upstream.export_file import read_export
 from upstream.format_error import FormatError
-from upstream.json_format import parse_export
 from upstream.payload import SourcePayload
 from upstream.piece_worker import main as worker_main
 from upstream.pieces import PieceMemo
@@ -36,17 +35,11 @@ def small() -> Iterator[None]:
         yield
 
 
-def whole(data: bytes) -> SourcePayload:
-    with mock.patch.object(json_format, "_from_pieces", return_value=None):
-        return parse_export(data)
-
-
 def payload(path: Path, memo: PieceMemo | None = None) -> SourcePayload:
-    digest, size, delivery = read_export(path, (), 10_000, memo=memo)
-    assert digest == hashlib.sha256(path.read_bytes()).digest()
-    assert size == path.stat().st_size
-    assert delivery is not None
-    return delivery.payload
+    """The payload read from ``path`` (`test_export_file.read`: its digest and size checked)."""
+    got = read(path, memo)
+    assert isinstance(got, SourcePayload), got
+    return got
 
 
 @pytest.fixture
